@@ -1,0 +1,162 @@
+"""The `spc` command line. Each command imports only what it needs."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from spc.errors import SpcError
+
+
+def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """User errors become one line on stderr and exit 1; nothing else prints a traceback unless
+    SPC_DEBUG=1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SpcError as exc:
+            click.echo(f"spc: error: {exc}", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            click.echo("spc: interrupted", err=True)
+            sys.exit(130)
+        except Exception as exc:
+            if os.environ.get("SPC_DEBUG"):
+                raise
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            click.echo(f"spc: internal error: {type(exc).__name__}: {first} (SPC_DEBUG=1 shows the traceback)",
+                       err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="spc")
+def main() -> None:
+    """spc: compile SuperPoint ONNX models to Tenstorrent ttnn programs."""
+
+
+@main.command()
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("superpoint.onnx"), show_default=True)
+@click.option("--height", default=480, show_default=True, help="input height (multiple of 8)")
+@click.option("--width", default=640, show_default=True, help="input width (multiple of 8)")
+@click.option("--channels", default=3, show_default=True, help="input channels (HF's processor gives 3)")
+@click.option("--weights", default=None, help="HF folder, state-dict file or hub id (default: demo weights)")
+@click.option("--threshold", type=float, default=None, help="keypoint threshold (HF default 0.005)")
+@click.option("--max-keypoints", type=int, default=None, help="keep the top K keypoints (HF default -1: all)")
+@_one_line_errors
+def export(output: Path, height: int, width: int, channels: int, weights: str | None, threshold: float | None,
+           max_keypoints: int | None) -> None:
+    """Export Hugging Face SuperPoint (post-processing included) to ONNX."""
+    from spc.frontend.export import export_onnx
+
+    export_onnx(output, height, width, channels, weights, threshold, max_keypoints)
+    click.echo(f"wrote {output} ({height}x{width}x{channels}, opset 18)")
+
+
+@main.command(name="compile")
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="plan file (.ttplan)")
+@click.option("--dump-dir", type=click.Path(path_type=Path), default=None, help="write NN-<pass>.ir/.dot + summary")
+@click.option("--print-ir-after-all", is_flag=True, help="print the IR after every pass (stderr)")
+@click.option("--stop-after", default=None, metavar="PASS", help="stop the pipeline after PASS (writes no plan)")
+@click.option("--nms-single-pass", is_flag=True, help="cheaper NMS without suppression rounds (changes results)")
+@click.option("--target", default="p150", show_default=True)
+@click.option("--list-passes", is_flag=True, help="list the pipeline and exit")
+@_one_line_errors
+def compile_(source: Path, output: Path | None, dump_dir: Path | None, print_ir_after_all: bool,
+             stop_after: str | None, nms_single_pass: bool, target: str, list_passes: bool) -> None:
+    """Compile an ONNX model into a .ttplan."""
+    from spc.compiler import compile_onnx
+    from spc.passes.pipeline import default_pipeline
+
+    if list_passes:
+        for i, p in enumerate(default_pipeline(), 1):
+            click.echo(f"{i:2d}  {p.name:<24} {p.summary}")
+        return
+    if output is None and stop_after is None:
+        output = source.with_suffix(".ttplan")
+    result = compile_onnx(source, output, dump_dir=dump_dir, print_ir=print_ir_after_all, stop_after=stop_after,
+                          nms_single_pass=nms_single_pass, target=target)
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
+    counts = result.graph.op_counts()
+    if result.plan is not None:
+        dev = sum(1 for n in result.graph.nodes if n.placement.value == "device")
+        click.echo(f"wrote {result.plan}: {dev} device ops, {len(result.graph.nodes) - dev} host ops "
+                   f"({', '.join(f'{k} x{v}' for k, v in counts.items() if k.startswith('spc.'))})")
+    else:
+        click.echo(f"stopped after {stop_after}; no plan written")
+    if dump_dir is not None:
+        click.echo(f"dumps in {dump_dir}/ (summary.txt)")
+
+
+def _inputs(paths: tuple[Path, ...]) -> list[Path]:
+    from spc.runtime.inputs import expand_paths
+
+    if not paths:
+        raise SpcError("no input given")
+    return expand_paths(list(paths))
+
+
+@main.command()
+@click.argument("plan", type=click.Path(path_type=Path))
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help=".npz for one input, a folder for several")
+@click.option("--dense", is_flag=True, help="also save the device's score and descriptor maps")
+@click.option("--viz", type=click.Path(path_type=Path), default=None, help="overlay PNG (a folder for several)")
+@click.option("--backend", default="emu", show_default=True)
+@_one_line_errors
+def run(plan: Path, inputs: tuple[Path, ...], output: Path | None, dense: bool, viz: Path | None,
+        backend: str) -> None:
+    """Run a plan on images or .npy inputs; write the model's outputs as .npz."""
+    from spc.lowering.plan import read_plan
+    from spc.runtime.run_files import run_files
+
+    files = _inputs(inputs)
+    run_files(read_plan(plan), files, output, viz, dense, backend)
+
+
+@main.command()
+@click.argument("plan", type=click.Path(path_type=Path))
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--onnx", "onnx_path", type=click.Path(path_type=Path), default=None, help="the source ONNX")
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@click.option("--min-f1", type=float, default=None, help="exit 1 if any image's keypoint F1 is lower")
+@click.option("--min-pcc", type=float, default=None, help="exit 1 if any score/descriptor PCC is lower")
+@click.option("--backend", default="emu", show_default=True)
+@_one_line_errors
+def check(plan: Path, inputs: tuple[Path, ...], onnx_path: Path | None, as_json: bool, min_f1: float | None,
+          min_pcc: float | None, backend: str) -> None:
+    """Compare a plan with onnxruntime on the source ONNX."""
+    from spc.lowering.plan import read_plan
+    from spc.runtime.check_files import check_files, print_reports
+
+    files = _inputs(inputs)
+    loaded = read_plan(plan)
+    reports = check_files(loaded, plan, files, onnx_path, backend)
+    if as_json:
+        click.echo(json.dumps([r.as_dict() for r in reports], indent=1))
+    else:
+        print_reports(reports)
+    failed = [r for r in reports if (min_f1 is not None and r.f1 < min_f1) or
+              (min_pcc is not None and min(r.score_pcc, r.descriptor_pcc) < min_pcc)]
+    if failed:
+        click.echo(f"spc: check failed on {len(failed)} of {len(reports)} input(s): "
+                   + ", ".join(r.input for r in failed), err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""`spc compile`: ONNX -> IR -> passes -> lowering -> .ttplan. Needs onnx and numpy only."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spc.errors import SpcError
+from spc.frontend.onnx_import import import_onnx
+from spc.ir.graph import Graph
+from spc.ir.printer import print_graph
+from spc.lowering.lower import find_probes, lower
+from spc.lowering.plan import write_plan
+from spc.passes.manager import DumpDir, Instrument, PassContext, PassManager, PassRecord, PrintAfterAll
+from spc.passes.pipeline import default_pipeline
+
+TARGETS = ("p150",)
+
+
+@dataclass
+class CompileResult:
+    graph: Graph
+    records: list[PassRecord]
+    notes: list[str] = field(default_factory=list)
+    plan: Path | None = None
+
+
+def check_superpoint_input(g: Graph, src: Path) -> None:
+    if len(g.inputs) != 1:
+        raise SpcError(f"{src}: not SuperPoint-like: expected one image input, found {len(g.inputs)}")
+    t = g.inputs[0].type
+    if t.rank != 4 or not t.is_static or t.shape[0] != 1 or not 1 <= int(t.shape[1]) <= 3 or not t.dtype.is_float:
+        raise SpcError(f"{src}: not SuperPoint-like: input {g.inputs[0].name} is {t}, expected f32[1,C,H,W] "
+                       "with C in 1..3 and static H, W (export a fixed size with `spc export --height --width`)")
+
+
+def check_superpoint_heads(g: Graph, src: Path) -> None:
+    found = {n.op.name for n in g.nodes}
+    missing = [what for op, what in (("spc.ScoreFold", "a keypoint score head (softmax over c*c+1 channels "
+                                      "folded to full resolution)"),
+                                     ("spc.L2Norm", "a normalised descriptor head")) if op not in found]
+    if missing:
+        raise SpcError(f"{src}: not SuperPoint-like: found no {' and no '.join(missing)}")
+
+
+def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, print_ir: bool = False,
+                 stop_after: str | None = None, nms_single_pass: bool = False, target: str = "p150") -> CompileResult:
+    if target not in TARGETS:
+        raise SpcError(f"--target {target}: unknown target (known: {', '.join(TARGETS)})")
+    g = import_onnx(src)
+    check_superpoint_input(g, src)
+    instruments: list[Instrument] = []
+    if dump_dir is not None:
+        instruments.append(DumpDir(dump_dir))
+    if print_ir:
+        instruments.append(PrintAfterAll())
+    ctx = PassContext(options={"nms_single_pass": nms_single_pass})
+    pm = PassManager(default_pipeline(), instruments, stop_after=stop_after)
+    pm.run(g, ctx)
+    result = CompileResult(g, pm.records, ctx.notes)
+    if stop_after is not None or out is None:
+        return result
+    check_superpoint_heads(g, src)
+    program, tensors = lower(g, find_probes(g))
+    manifest = {
+        "target": target,
+        "source": {"file": src.name, "sha256": hashlib.sha256(src.read_bytes()).hexdigest()},
+        "inputs": [vars(t) for t in program.inputs],
+        "outputs": [vars(t) for t in program.outputs],
+        "options": {"nms_single_pass": nms_single_pass},
+        "pipeline": [r.name for r in pm.records],
+        "notes": ctx.notes,
+        "device_ops": len(program.device_ops),
+    }
+    write_plan(out, program, tensors, print_graph(g), manifest)
+    result.plan = out
+    return result

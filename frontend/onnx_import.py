@@ -1,0 +1,237 @@
+"""Read an ONNX file into the IR.
+
+Types come from ONNX shape inference (with data propagation, so shape chains resolve), then from
+our own op inference; dimensions nobody can know statically (the keypoint count) become
+symbols. Constant nodes and initializers become IR constants; initializers stay lazy, by
+reference. Anything we cannot represent is reported in ONE error listing every offending node.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spc.errors import SpcError
+from spc.ir import ops
+from spc.ir.graph import Graph, Value
+from spc.ir.types import Dim, DType, TensorType
+
+MIN_OPSET, MAX_OPSET = 11, 23
+KNOWN_MAX = 64
+_NODE_NAME_BAD = re.compile(r"[^A-Za-z0-9_./\-]")
+
+
+def load_onnx(path: Path):
+    """Parse the file; every failure is one SpcError line naming the file."""
+    import onnx
+
+    if not path.exists():
+        raise SpcError(f"{path}: no such file")
+    if path.is_dir():
+        raise SpcError(f"{path}: is a folder, expected an .onnx file")
+    try:
+        model = onnx.load(str(path), load_external_data=True)
+    except Exception as exc:  # protobuf raises DecodeError, onnx raises ValueError/OSError
+        raise SpcError(f"{path}: not a readable ONNX model ({type(exc).__name__}); "
+                       "re-export it with `spc export`") from None
+    if not model.graph.node:
+        raise SpcError(f"{path}: the ONNX graph has no nodes")
+    return model
+
+
+def import_onnx(path: Path, name: str = "superpoint") -> Graph:
+    import onnx
+
+    model = load_onnx(path)
+    opset = _default_opset(model, path)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as exc:  # a malformed graph fails here first
+        raise SpcError(f"{path}: ONNX shape inference failed: {str(exc).splitlines()[0]}") from None
+    _check_supported(inferred, opset, path)
+    return _Importer(inferred, name, path).run()
+
+
+def _default_opset(model, path: Path) -> int:
+    versions = {o.domain: o.version for o in model.opset_import}
+    opset = versions.get("", versions.get("ai.onnx"))
+    if opset is None:
+        raise SpcError(f"{path}: the model imports no default-domain opset")
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise SpcError(f"{path}: opset {opset} is not supported (supported: {MIN_OPSET}..{MAX_OPSET}); "
+                       "re-export with opset 18")
+    return opset
+
+
+def _check_supported(model, opset: int, path: Path) -> None:
+    bad = []
+    for i, node in enumerate(model.graph.node):
+        if node.domain not in ("", "ai.onnx") or (node.op_type != "Constant" and ops.onnx_op(node.op_type) is None):
+            dom = node.domain or "ai.onnx"
+            bad.append(f"{node.name or f'#{i}'} ({dom}::{node.op_type}, opset {opset})")
+    if bad:
+        raise SpcError(f"{path}: {len(bad)} unsupported node(s): " + "; ".join(bad))
+
+
+def _attr_value(attr) -> Any:
+    from onnx import helper, numpy_helper
+
+    v = helper.get_attribute_value(attr)
+    if isinstance(v, bytes):
+        return v.decode()
+    if hasattr(v, "dims") and hasattr(v, "data_type"):
+        return numpy_helper.to_array(v)
+    if isinstance(v, list):
+        return [x.decode() if isinstance(x, bytes) else x for x in v]
+    if isinstance(v, (int, float, str)):
+        return v
+    raise SpcError(f"attribute {attr.name} has an unsupported kind ({type(v).__name__})")
+
+
+class _Importer:
+    def __init__(self, model, name: str, path: Path) -> None:
+        self.model, self.path = model, path
+        self.g = Graph(name)
+        self.env: dict[str, Value] = {}
+        self.types: dict[str, TensorType] = {}
+        # small values known at compile time (shape chains), used only to infer types; the
+        # graph itself is folded later by the fold-constants pass, visibly
+        self.known: dict[int, np.ndarray] = {}
+        self._symbols = 0
+        g = model.graph
+        for vi in list(g.value_info) + list(g.input) + list(g.output):
+            t = self._onnx_type(vi)
+            if t is not None:
+                self.types[vi.name] = t
+
+    def fresh_symbol(self) -> str:
+        self._symbols += 1
+        return f"d{self._symbols}"
+
+    def _onnx_type(self, vi) -> TensorType | None:
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or tt.elem_type == 0:
+            return None
+        try:
+            dtype = DType.from_onnx(tt.elem_type)
+        except TypeError:
+            raise SpcError(f"{self.path}: value {vi.name} has an unsupported element type "
+                           f"({tt.elem_type})") from None
+        if not tt.HasField("shape"):
+            return None
+        dims: list[Dim] = []
+        for d in tt.shape.dim:
+            if d.HasField("dim_value"):
+                dims.append(int(d.dim_value))
+            else:
+                dims.append(self.fresh_symbol())
+        return TensorType(dtype, tuple(dims))
+
+    def run(self) -> Graph:
+        from onnx import numpy_helper
+
+        g, model = self.g, self.model.graph
+        init_names = set()
+        for init in model.initializer:
+            init_names.add(init.name)
+            t = TensorType(DType.from_onnx(init.data_type), tuple(int(d) for d in init.dims))
+            self.env[init.name] = g.add_const(init.name, type=t, weight_ref=init.name,
+                                              loader=lambda i=init: numpy_helper.to_array(i))
+        for inp in model.input:
+            if inp.name in init_names:
+                continue
+            t = self.types.get(inp.name)
+            if t is None:
+                raise SpcError(f"{self.path}: input {inp.name} has no tensor type")
+            self.env[inp.name] = g.add_input(inp.name, t)
+        for i, node in enumerate(model.node):
+            self._node(i, node)
+        missing = [o.name for o in model.output if o.name not in self.env]
+        if missing:
+            raise SpcError(f"{self.path}: graph outputs {missing} are never produced")
+        g.outputs = [self.env[o.name] for o in model.output]
+        return g
+
+    def _node(self, i: int, node) -> None:
+        attrs = {a.name: _attr_value(a) for a in node.attribute}
+        label = node.name or f"#{i}"
+        if node.op_type == "Constant":
+            data = ops.get("onnx.Constant").evaluate([], attrs)[0]
+            self.env[node.output[0]] = self.g.add_const(node.output[0], np.asarray(data))
+            return
+        op = ops.onnx_op(node.op_type)
+        assert op is not None  # _check_supported ran
+        inputs: list[Value | None] = []
+        for name in node.input:
+            if not name:
+                inputs.append(None)
+            elif name in self.env:
+                inputs.append(self.env[name])
+            else:
+                raise SpcError(f"{self.path}: node {label} ({node.op_type}) reads {name}, which is "
+                               "not defined before it (is the graph topologically sorted?)")
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        outs = [o for o in node.output]
+        out_types: list[TensorType] = []
+        ours, why = self._infer(op, inputs, attrs)
+        for k, o in enumerate(outs):
+            t = self.types.get(o)
+            if t is None and ours is not None and k < len(ours):
+                t = ours[k]
+            if t is None:
+                raise SpcError(f"{self.path}: cannot infer the type of {o} (node {label}, {node.op_type})"
+                               + (f": {why}" if why else "; is the model valid? check it with onnxruntime"))
+            out_types.append(t)
+        safe = _NODE_NAME_BAD.sub("_", node.name) if node.name else op.short_name.lower()
+        n = self.g.make_node(op, inputs, attrs, out_types, name=safe, out_names=[o or "unused" for o in outs])
+        for o, v in zip(outs, n.outputs):
+            if o:
+                self.env[o] = v
+        self._propagate_known(n)
+
+    def _known(self, v: Value | None) -> np.ndarray | None:
+        if v is None:
+            return None
+        if v.is_const and v.type.numel <= KNOWN_MAX:
+            return v.data
+        return self.known.get(id(v))
+
+    def _infer(self, op: ops.OpDef, inputs: list[Value | None],
+               attrs: dict[str, Any]) -> tuple[list[TensorType] | None, str]:
+        if op.infer is None:
+            return None, ""
+        shadow: list[Value | None] = []
+        for v in inputs:
+            data = self._known(v) if v is not None and not v.is_const else None
+            if data is not None:
+                tmp = Value(v.name, v.type)
+                tmp.set_const(data)
+                shadow.append(tmp)
+            else:
+                shadow.append(v)
+        try:
+            return op.infer(shadow, attrs), ""
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            return None, str(exc)
+
+    def _propagate_known(self, n) -> None:
+        if n.op.data_dependent:
+            return
+        if n.op.name == "onnx.Shape" and n.inputs[0] is not None and n.inputs[0].type.is_static:
+            args: list[Any] = [np.zeros(n.inputs[0].type.static_shape, np.uint8)]
+        else:
+            args = [self._known(v) for v in n.inputs]
+            if any(a is None for a, v in zip(args, n.inputs) if v is not None):
+                return
+        if not all(o.type.is_static and o.type.numel <= KNOWN_MAX for o in n.outputs):
+            return
+        try:
+            results = n.op.evaluate(args, n.attrs)
+        except Exception:  # an op that cannot run here simply leaves its value unknown
+            return
+        for o, r in zip(n.outputs, results):
+            self.known[id(o)] = np.asarray(r)

@@ -1,0 +1,1 @@
+"""The IR: typed values, nodes, graphs, their text form and verifier."""

@@ -1,0 +1,109 @@
+"""The spc dialect: the fused ops that the passes create and the lowering knows.
+
+Each evaluator is the op's reference semantics in float32 numpy. The fusion passes prove a
+candidate subgraph equal to these references before rewriting (see passes/semantic_match.py),
+and the emulator's device numerics are tested against them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from spc.ir.graph import Value
+from spc.ir.ops import register
+from spc.ir.ops.infer import same_type
+from spc.ir.ops.onnx_nn import conv2d_nchw, depth_to_space, softmax
+from spc.ir.types import TensorType
+
+A = list[Any]
+D = dict[str, Any]
+
+
+def _conv2d_infer(ins: list[Value | None], attrs: D) -> list[TensorType] | None:
+    from spc.ir.ops import get
+
+    return get("onnx.Conv").infer_types(ins, attrs)
+
+
+@register("spc.Conv2d", _conv2d_infer, arity=(2, 3))
+def _conv2d(ins: A, attrs: D) -> list[np.ndarray]:
+    """Convolution + bias + optional activation (``activation = "relu" | "none"``)."""
+    x, w = np.asarray(ins[0]), np.asarray(ins[1])
+    b = np.asarray(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    y = conv2d_nchw(x, w, b, attrs["strides"], attrs["pads"], attrs["dilations"], attrs["group"])
+    if attrs["activation"] == "relu":
+        y = np.maximum(y, 0)
+    return [y]
+
+
+def score_fold(logits: np.ndarray, cell: int) -> np.ndarray:
+    """softmax over channels, drop the last ("dustbin") channel, depth-to-space by ``cell``.
+
+    ``logits`` is (N, cell*cell + 1, h, w); the result is (N, 1, h*cell, w*cell) where pixel
+    (y*cell + i, x*cell + j) takes channel i*cell + j (DCR order, as the HF model folds).
+    """
+    probs = softmax(logits.astype(np.float32), axis=1)[:, :-1]
+    return depth_to_space(probs, cell, "DCR")
+
+
+def _score_fold_infer(ins: list[Value | None], attrs: D) -> list[TensorType]:
+    x = ins[0]
+    assert x is not None
+    return [x.type.with_shape(tuple(attrs["out_shape"]))]
+
+
+@register("spc.ScoreFold", _score_fold_infer, arity=(1, 1))
+def _score_fold(ins: A, attrs: D) -> list[np.ndarray]:
+    """Keypoint score map at full resolution from the detector logits; ``out_shape`` keeps the
+    source model's spelling of the result ((N, H, W) for the HF model)."""
+    return [score_fold(np.asarray(ins[0]), int(attrs["cell"])).reshape(attrs["out_shape"])]
+
+
+def window_max(x: np.ndarray, radius: int) -> np.ndarray:
+    """Max over a (2r+1)^2 window, stride 1, -inf padding, on the last two axes (separable)."""
+    out = x
+    for axis in (-1, -2):
+        pad = [(0, 0)] * x.ndim
+        pad[axis] = (radius, radius)
+        padded = np.pad(out, pad, constant_values=-np.inf)
+        n = out.shape[axis]
+        acc = np.take(padded, np.arange(0, n), axis=axis)
+        for k in range(1, 2 * radius + 1):
+            acc = np.maximum(acc, np.take(padded, np.arange(k, k + n), axis=axis))
+        out = acc
+    return out.astype(x.dtype)
+
+
+def nms(scores: np.ndarray, radius: int, iterations: int) -> np.ndarray:
+    """Non-maximum suppression as SuperPoint defines it (HF ``simple_nms`` has iterations=2).
+
+    A pixel survives if it equals its window maximum; each further iteration suppresses the
+    windows of the survivors and admits new local maxima among what is left.
+    """
+    zeros = np.zeros_like(scores)
+    max_mask = scores == window_max(scores, radius)
+    for _ in range(iterations):
+        supp_mask = window_max(max_mask.astype(scores.dtype), radius) > 0
+        supp_scores = np.where(supp_mask, zeros, scores)
+        new_max = supp_scores == window_max(supp_scores, radius)
+        max_mask = max_mask | (new_max & ~supp_mask)
+    return np.where(max_mask, scores, zeros)
+
+
+@register("spc.Nms", same_type, arity=(1, 1))
+def _nms(ins: A, attrs: D) -> list[np.ndarray]:
+    """Keep a score where it is the maximum of its window (``radius``), else 0."""
+    return [nms(np.asarray(ins[0]), int(attrs["radius"]), int(attrs["iterations"]))]
+
+
+def l2_normalize(x: np.ndarray, axis: int, eps: float) -> np.ndarray:
+    norm = np.sqrt(np.sum(np.square(x.astype(np.float64)), axis=axis, keepdims=True))
+    return (x / np.maximum(norm, eps)).astype(x.dtype)
+
+
+@register("spc.L2Norm", same_type, arity=(1, 1))
+def _l2norm(ins: A, attrs: D) -> list[np.ndarray]:
+    """x / max(||x||_2 over ``axis``, ``eps``), as torch.nn.functional.normalize."""
+    return [l2_normalize(np.asarray(ins[0]), int(attrs["axis"]), float(attrs["eps"]))]

@@ -1,0 +1,1 @@
+"""Lowering: partitioned IR -> ttnn program (program.py) -> .ttplan file (plan.py)."""

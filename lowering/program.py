@@ -1,0 +1,111 @@
+"""The lowered program: what a .ttplan holds besides its weights.
+
+Three stages, run in order by the runtime:
+
+* ``host_pre``: IR nodes (ONNX semantics) run on the host to prepare the device input;
+* ``device``: ttnn calls, named and parameterised as the ttnn API spells them
+  (``ttnn.conv2d`` with its ``conv_config`` fields, ``ttnn.max_pool2d``, ``ttnn.softmax`` ...),
+  on tensors in ttnn's ``[1, 1, N*H*W, C]`` layout;
+* ``host_post``: IR nodes run on the host on what the device returns (NonZero, GridSample ...).
+
+Everything is plain JSON (ints, floats, strings, lists); tensors are referenced by name and
+live in the plan's safetensors file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class TensorSpec:
+    name: str
+    dtype: str  # IR dtype name ("f32", "i64", ...)
+    shape: list[int | str]
+
+
+@dataclass
+class HostNode:
+    op: str  # "onnx.GridSample"
+    name: str
+    inputs: list[str | None]
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TtOp:
+    """One ttnn call. ``inputs`` are device tensor names; ``weights`` name plan tensors
+    (uploaded once); ``args`` are the call's keyword arguments."""
+
+    op: str  # "ttnn.conv2d"
+    inputs: list[str]
+    output: str
+    args: dict[str, Any] = field(default_factory=dict)
+    weights: dict[str, str] = field(default_factory=dict)
+    source: str = ""  # the IR node this call comes from
+
+
+@dataclass
+class DeviceTensor:
+    """A tensor crossing the host/device boundary: its IR name and shape, and its device layout."""
+
+    name: str
+    shape: list[int]
+    device_shape: list[int]
+
+
+@dataclass
+class Program:
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    host_pre: list[HostNode]
+    device_inputs: list[DeviceTensor]
+    device_ops: list[TtOp]
+    device_outputs: list[DeviceTensor]
+    host_post: list[HostNode]
+    # device tensors worth reading for inspection and checking, by role ("score_map", ...)
+    probes: dict[str, DeviceTensor] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return encode(asdict(self))
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> Program:
+        d = decode(d)
+        return Program(
+            inputs=[TensorSpec(**t) for t in d["inputs"]],
+            outputs=[TensorSpec(**t) for t in d["outputs"]],
+            host_pre=[HostNode(**n) for n in d["host_pre"]],
+            device_inputs=[DeviceTensor(**t) for t in d["device_inputs"]],
+            device_ops=[TtOp(**o) for o in d["device_ops"]],
+            device_outputs=[DeviceTensor(**t) for t in d["device_outputs"]],
+            host_post=[HostNode(**n) for n in d["host_post"]],
+            probes={k: DeviceTensor(**v) for k, v in d.get("probes", {}).items()},
+        )
+
+
+def encode(x: Any) -> Any:
+    """JSON-safe: numpy arrays become {"__array__": dtype, "shape": ..., "data": [...]}."""
+    if isinstance(x, np.ndarray):
+        return {"__array__": x.dtype.name, "shape": list(x.shape), "data": x.reshape(-1).tolist()}
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, dict):
+        return {k: encode(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [encode(v) for v in x]
+    return x
+
+
+def decode(x: Any) -> Any:
+    if isinstance(x, dict):
+        if "__array__" in x:
+            return np.asarray(x["data"], dtype=x["__array__"]).reshape(x["shape"])
+        return {k: decode(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [decode(v) for v in x]
+    return x

@@ -1,0 +1,1 @@
+"""Compiler passes: one pass per module; pipeline.py lists them in order."""

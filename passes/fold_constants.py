@@ -1,0 +1,53 @@
+"""fold-constants: evaluate nodes whose inputs are all known, and Shape/Size of static tensors.
+
+Before::
+
+    %s: i64[4] = onnx.Shape(%x)              // %x: f32[1,64,15,20]
+    %h: i64[] = onnx.Gather(%s, %two) {axis = 0}
+
+After::
+
+    %h: i64[] = const dense<15>
+
+Results larger than MAX_FOLD_ELEMENTS stay as nodes: folding them would bloat the plan with
+data the device can compute cheaply (an Expand of zeros to a full-resolution map, say).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spc.ir.graph import Graph
+from spc.passes.manager import Pass, PassContext, PassResult
+from spc.passes.rewrite import remove_dead
+
+MAX_FOLD_ELEMENTS = 1 << 16
+
+
+class FoldConstants(Pass):
+    name = "fold-constants"
+    summary = "evaluate constant subgraphs and shapes of static tensors"
+
+    def run(self, g: Graph, ctx: PassContext) -> PassResult:
+        folded = 0
+        for node in list(g.nodes):
+            if node.op.data_dependent or not all(o.type.is_static for o in node.outputs):
+                continue
+            if sum(o.type.numel for o in node.outputs) > MAX_FOLD_ELEMENTS:
+                continue
+            src = node.inputs[0] if node.inputs else None
+            if node.op.name in ("onnx.Shape", "onnx.Size") and src is not None and src.type.is_static:
+                args: list = [np.zeros(src.type.static_shape, np.uint8)]
+            elif all(v is None or v.is_const for v in node.inputs):
+                args = [None if v is None else v.data for v in node.inputs]
+            else:
+                continue
+            results = node.op.evaluate(args, node.attrs)
+            for o, r in zip(node.outputs, results):
+                r = np.asarray(r).astype(o.type.dtype.numpy if o.type.dtype.value != "bf16" else np.float32)
+                if r.shape != o.type.static_shape:
+                    raise ValueError(f"node {node.name}: folded shape {r.shape} != declared {o.type}")
+                g.replace_all_uses(o, g.add_const(o.name + "_c", r))
+            folded += 1
+        removed = remove_dead(g)
+        return PassResult(bool(folded or removed), {"folded": folded})

@@ -1,0 +1,59 @@
+"""fuse-conv-bias-relu: Conv (+ bias) (+ Relu) becomes one spc.Conv2d, as ttnn.conv2d takes it.
+
+Before::
+
+    %c: f32[1,64,120,160] = onnx.Conv(%x, %w, %b) {pads = [1, 1, 1, 1], ...}
+    %r: f32[1,64,120,160] = onnx.Relu(%c)
+
+After::
+
+    %r: f32[1,64,120,160] = spc.Conv2d(%x, %w, %b) {activation = "relu", pads = [1, 1, 1, 1], ...}
+
+A Conv whose output has other users keeps its Relu separate (fusing would change what they see);
+it still becomes an spc.Conv2d with ``activation = "none"``.
+"""
+
+from __future__ import annotations
+
+from spc.ir import ops
+from spc.ir.graph import Graph, Node
+from spc.passes.manager import Pass, PassContext, PassResult
+from spc.passes.rewrite import P, Rule, apply_rules
+
+
+def _conv_attrs(conv: Node, activation: str) -> dict:
+    w = conv.inputs[1]
+    assert w is not None
+    return {"strides": list(conv.attrs.get("strides", [1, 1])), "pads": list(conv.attrs.get("pads", [0, 0, 0, 0])),
+            "dilations": list(conv.attrs.get("dilations", [1, 1])), "group": int(conv.attrs.get("group", 1)),
+            "kernel_shape": list(w.type.static_shape[2:]), "activation": activation}
+
+
+def _fused(g: Graph, conv: Node, activation: str, before: Node):
+    if conv.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or conv.inputs[0].type.rank != 4:
+        return None
+    return g.make_node(ops.get("spc.Conv2d"), list(conv.inputs), _conv_attrs(conv, activation),
+                       name=conv.name, before=before).output
+
+
+def _relu_follows(conv: Node) -> bool:
+    uses = conv.output.uses
+    return len(uses) == 1 and uses[0][0].op.name == "onnx.Relu"
+
+
+RULES = [
+    Rule("conv-relu", P("onnx.Relu", P("onnx.Conv", name="conv", single_use=True), name="relu"),
+         lambda g, m: _fused(g, m.node("conv"), "relu", m.node("relu"))),
+    Rule("conv", P("onnx.Conv", name="conv"), lambda g, m: _fused(g, m.node("conv"), "none", m.node("conv")),
+         check=lambda g, m: "conv-relu will take it" if _relu_follows(m.node("conv")) else None),
+]
+
+
+class FuseConvBiasRelu(Pass):
+    name = "fuse-conv-bias-relu"
+    summary = "Conv + bias + Relu -> spc.Conv2d"
+    requires = ("fold-batchnorm",)
+
+    def run(self, g: Graph, ctx: PassContext) -> PassResult:
+        counts = apply_rules(g, RULES)
+        return PassResult(bool(counts), counts)

@@ -1,0 +1,76 @@
+"""fuse-l2norm: x / max(||x||_2, eps) along one axis becomes one spc.L2Norm.
+
+Before (torch.nn.functional.normalize as torch.onnx exports it)::
+
+    %n: f32[1,1,60,80]   = onnx.ReduceL2(%d, %axes1) {keepdims = 1}
+    %c: f32[1,1,60,80]   = onnx.Clip(%n, %eps)
+    %e: f32[1,256,60,80] = onnx.Expand(%c, %shape)
+    %y: f32[1,256,60,80] = onnx.Div(%d, %e)
+
+After::
+
+    %y: f32[1,256,60,80] = spc.L2Norm(%d) {axis = 1, eps = 1e-12}
+
+Recognised by value: other spellings (Pow/ReduceSum/Sqrt/Max, multiplication by a reciprocal)
+fuse too. eps is read from the region's clamp constant; a probe with norms below eps checks it.
+Only static shapes are fused (the device's descriptor map); the host's per-keypoint
+normalisation stays as it is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spc.ir.graph import Graph
+from spc.ir.ops.spc_ops import l2_normalize
+from spc.passes.manager import Pass, PassContext, PassResult
+from spc.passes.semantic_match import Region, evaluate, find_exit, fuse_region, grow_region
+
+NORM_OPS = {"onnx.ReduceL2", "onnx.ReduceSum", "onnx.ReduceSumSquare", "onnx.Pow", "onnx.Mul", "onnx.Sqrt",
+            "onnx.Clip", "onnx.Max", "onnx.Expand", "onnx.Div", "onnx.Reciprocal", "onnx.Add"}
+_STARTS = {"onnx.ReduceL2", "onnx.ReduceSumSquare", "onnx.Pow", "onnx.Mul"}
+DEFAULT_EPS = 1e-12
+
+
+def region_eps(region: Region) -> float:
+    """The clamp constant of the norm (Clip min / Max operand), or torch's default."""
+    for n in region.nodes:
+        if n.op.name in ("onnx.Clip", "onnx.Max"):
+            for v in n.inputs[1:]:
+                if v is not None and v.is_const and v.type.numel == 1:
+                    return float(np.asarray(v.data).reshape(-1)[0])
+    return DEFAULT_EPS
+
+
+class FuseL2Norm(Pass):
+    name = "fuse-l2norm"
+    summary = "x / max(||x||, eps) -> spc.L2Norm"
+    requires = ("simplify-shapes",)
+
+    def run(self, g: Graph, ctx: PassContext) -> PassResult:
+        fused = 0
+        for entry in [v for v in list(g.values()) if v.type.dtype.is_float and v.type.is_static]:
+            if entry.type.rank < 2 or not any(u.op.name in _STARTS for u in entry.consumers()):
+                continue
+            if entry.producer is not None and entry.producer not in g.nodes:
+                continue
+            region = grow_region(g, entry, NORM_OPS)
+            eps = region_eps(region)
+            rng = np.random.default_rng(2)
+            shape = entry.type.static_shape
+            probes = [rng.normal(size=shape).astype(np.float32),
+                      (rng.normal(size=shape) * eps * 1e-2).astype(np.float32)]
+            envs = [evaluate(region, p) for p in probes]
+            match = None
+            for axis in range(entry.type.rank):
+                wants = [l2_normalize(p, axis, eps) for p in probes]
+                match = find_exit(g, region, envs, wants, last=False, rtol=1e-5, atol=1e-6)
+                if match is not None and match[0].type.shape == entry.type.shape:
+                    break
+                match = None
+            if match is None:
+                continue
+            exit, nodes = match
+            fuse_region(g, nodes, exit, "spc.L2Norm", [entry], {"axis": axis, "eps": eps}, "l2norm")
+            fused += 1
+        return PassResult(fused > 0, {"fused": fused})

@@ -1,0 +1,71 @@
+"""fuse-score-fold: softmax over the 65 detector channels, drop the dustbin, depth-to-space by 8.
+
+Before (HF SuperPoint as torch.onnx exports it)::
+
+    %sm: f32[1,65,60,80]   = onnx.Softmax(%logits) {axis = 1}
+    %sl: f32[1,64,60,80]   = onnx.Slice(%sm, %c0, %c64, %c1, %c1)
+    %p:  f32[1,60,80,64]   = onnx.Transpose(%sl) {perm = [0, 2, 3, 1]}
+    %v:  f32[1,60,80,8,8]  = onnx.Reshape(%p, %shape5)
+    %q:  f32[1,60,8,80,8]  = onnx.Transpose(%v) {perm = [0, 1, 3, 2, 4]}
+    %s:  f32[1,480,640]    = onnx.Reshape(%q, %shape3)
+
+After::
+
+    %s: f32[1,480,640] = spc.ScoreFold(%logits) {cell = 8, out_shape = [1, 480, 640]}
+
+Recognised by value (passes/semantic_match.py): any value with c*c+1 channels whose downstream
+softmax/slice/transpose/reshape/depth-to-space chain equals the reference fold on random
+logits, whatever the spelling. The fused op keeps the source value's name, so `spc check` can
+compare it with onnxruntime's tensor of the same name.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from spc.ir.graph import Graph, Value
+from spc.ir.ops.spc_ops import score_fold
+from spc.passes.manager import Pass, PassContext, PassResult
+from spc.passes.semantic_match import evaluate, find_exit, fuse_region, grow_region
+
+FOLD_OPS = {"onnx.Softmax", "onnx.Exp", "onnx.ReduceSum", "onnx.ReduceMax", "onnx.Sub", "onnx.Div",
+            "onnx.Slice", "onnx.Gather", "onnx.Split", "onnx.Transpose", "onnx.Reshape", "onnx.Squeeze",
+            "onnx.Unsqueeze", "onnx.DepthToSpace", "onnx.Flatten", "onnx.Identity"}
+
+
+def fold_cell(v: Value) -> int | None:
+    """c when ``v`` is a static float (N, c*c+1, h, w) map with c >= 2, else None."""
+    t = v.type
+    if not (t.dtype.is_float and t.is_static and t.rank == 4):
+        return None
+    c = math.isqrt(t.static_shape[1] - 1)
+    return c if c >= 2 and c * c + 1 == t.static_shape[1] else None
+
+
+class FuseScoreFold(Pass):
+    name = "fuse-score-fold"
+    summary = "softmax + dustbin drop + depth-to-space -> spc.ScoreFold"
+    requires = ("simplify-shapes",)
+
+    def run(self, g: Graph, ctx: PassContext) -> PassResult:
+        fused = 0
+        for entry in [o for n in list(g.nodes) for o in n.outputs]:
+            cell = fold_cell(entry)
+            if cell is None or not entry.uses or entry.producer not in g.nodes:
+                continue
+            region = grow_region(g, entry, FOLD_OPS)
+            rng = np.random.default_rng(0)
+            probes = [rng.normal(0.0, 4.0, entry.type.static_shape).astype(np.float32) for _ in range(2)]
+            envs = [evaluate(region, p) for p in probes]
+            # the last matching view: the map as the source finally shapes it, e.g. (N, H, W)
+            found = find_exit(g, region, envs, [score_fold(p, cell) for p in probes], last=True,
+                              rtol=1e-5, atol=1e-7)
+            if found is None:
+                continue
+            exit, nodes = found
+            fuse_region(g, nodes, exit, "spc.ScoreFold", [entry],
+                        {"cell": cell, "out_shape": list(exit.type.static_shape)}, "score_fold")
+            fused += 1
+        return PassResult(fused > 0, {"fused": fused})

@@ -1,0 +1,122 @@
+"""insert-device-nms: recognise the source's NMS subgraph and replace it with ONE spc.Nms op.
+
+Before (HF ``simple_nms``, radius 4: 5 max-pools, as torch.onnx spells it)::
+
+    %u:  f32[1,1,480,640] = onnx.Unsqueeze(%s, %c0)
+    %mp: f32[1,1,480,640] = onnx.MaxPool(%u) {kernel_shape = [9, 9], pads = [4, 4, 4, 4], strides = [1, 1]}
+    %m:  i1[1,480,640]    = onnx.Equal(%s, %mp')
+    ...  (two suppression rounds: Cast, MaxPool, Greater, Where, MaxPool, Equal, Not, And, Or)
+    %n:  f32[1,480,640]   = onnx.Where(%mask, %s, %zeros)
+
+After::
+
+    %n: f32[1,480,640] = spc.Nms(%s) {iterations = 2, radius = 4}
+
+The pass starts from each value that feeds a stride-1 "same" max-pool with an odd square window
+and accepts the LARGEST closed region after it whose result equals the reference NMS
+(spc_ops.nms) on probe maps full of ties, plateaus, zeros and border peaks, for some number of
+suppression rounds. Semantics are identical to the source: rounds are kept as found.
+
+Option ``nms_single_pass`` (``spc compile --nms-single-pass``) sets ``iterations = 0`` (keep a
+pixel iff it equals its window maximum), the hand port's cheaper variant. It changes results on
+ties; the note it leaves says so, and ``spc check`` measures the cost.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spc.ir import ops
+from spc.ir.graph import Graph, Node, Value
+from spc.ir.ops.spc_ops import nms
+from spc.passes.manager import Pass, PassContext, PassResult
+from spc.passes.semantic_match import evaluate, find_exit, fuse_region, grow_region
+
+NMS_OPS = {"onnx.MaxPool", "onnx.Equal", "onnx.Cast", "onnx.Greater", "onnx.GreaterOrEqual", "onnx.Less",
+           "onnx.LessOrEqual", "onnx.Where", "onnx.Not", "onnx.And", "onnx.Or", "onnx.Xor", "onnx.Unsqueeze",
+           "onnx.Squeeze", "onnx.Reshape", "onnx.Mul", "onnx.Sub", "onnx.Add", "onnx.Identity", "onnx.Max",
+           "onnx.Min", "onnx.Expand"}
+_VIEW_OPS = {"onnx.Unsqueeze", "onnx.Reshape", "onnx.Squeeze", "onnx.Identity"}
+MAX_ROUNDS = 3
+
+
+def same_pool_radius(n: Node) -> int | None:
+    """r for a MaxPool with a (2r+1)^2 window, stride 1 and padding r, else None."""
+    k = n.attrs.get("kernel_shape")
+    if n.op.name != "onnx.MaxPool" or k is None or len(k) != 2 or k[0] != k[1] or k[0] % 2 == 0:
+        return None
+    r = k[0] // 2
+    if list(n.attrs.get("strides", [1, 1])) != [1, 1] or list(n.attrs.get("pads", [0] * 4)) != [r] * 4:
+        return None
+    if list(n.attrs.get("dilations", [1, 1])) != [1, 1] or n.attrs.get("ceil_mode", 0):
+        return None
+    return r
+
+
+def pooled_radius(v: Value) -> int | None:
+    """The radius of a same-size max-pool that reads ``v`` directly or through views."""
+    frontier = [v]
+    for _ in range(3):
+        nxt = []
+        for x in frontier:
+            for user in x.consumers():
+                r = same_pool_radius(user)
+                if r is not None:
+                    return r
+                if user.op.name in _VIEW_OPS:
+                    nxt.extend(user.outputs)
+        frontier = nxt
+    return None
+
+
+def probe_maps(shape: tuple[int, ...], radius: int) -> list[np.ndarray]:
+    """Maps that separate NMS variants: many exact ties, flat plateaus, zeros, border peaks."""
+    rng = np.random.default_rng(1)
+    ties = (rng.integers(0, 6, shape) / 5.0 * (rng.random(shape) < 0.35)).astype(np.float32)
+    h, w = shape[-2:]
+    block = radius + 1
+    small = rng.integers(0, 4, shape[:-2] + (h // block + 1, w // block + 1)).astype(np.float32)
+    plateaus = np.kron(small, np.ones((block, block), np.float32))[..., :h, :w] / 3.0
+    peaks = (rng.random(shape).astype(np.float32) ** 8)
+    peaks[..., 0, :] = np.maximum(peaks[..., 0, :], 0.9)
+    return [ties, plateaus, np.ascontiguousarray(peaks)]
+
+
+class InsertDeviceNms(Pass):
+    name = "insert-device-nms"
+    summary = "recognise the NMS subgraph by its semantics and replace it with spc.Nms"
+    requires = ("fuse-score-fold",)
+
+    def run(self, g: Graph, ctx: PassContext) -> PassResult:
+        fused, found_rounds = 0, []
+        for entry in [v for v in list(g.values()) if v.type.dtype.is_float and v.type.is_static]:
+            if entry.type.rank < 2 or not entry.uses or (entry.producer and entry.producer not in g.nodes):
+                continue
+            radius = pooled_radius(entry)
+            if radius is None:
+                continue
+            region = grow_region(g, entry, NMS_OPS)
+            probes = probe_maps(entry.type.static_shape, radius)
+            envs = [evaluate(region, p) for p in probes]
+            match = None
+            for rounds in range(MAX_ROUNDS + 1):
+                match = find_exit(g, region, envs, [nms(p, radius, rounds) for p in probes], last=True)
+                if match is not None:
+                    break
+            if match is None:
+                continue
+            exit, nodes = match
+            rounds_used = 0 if ctx.options.get("nms_single_pass") else rounds
+            if rounds_used != rounds:
+                ctx.note(f"insert-device-nms: single-pass NMS replaces the source's {rounds} suppression "
+                         "round(s); results differ on ties and near-peaks: measure with `spc check`")
+            # the fused op reads the map in the exit's shape; a view adapts the entry if needed
+            src = entry
+            if entry.type.shape != exit.type.shape:
+                shape = g.add_const(entry.name + "_nms_shape", np.asarray(exit.type.static_shape, np.int64))
+                src = g.make_node(ops.get("onnx.Reshape"), [entry, shape], {}, name="nms_view",
+                                  before=nodes[0]).output
+            fuse_region(g, nodes, exit, "spc.Nms", [src], {"radius": radius, "iterations": rounds_used}, "nms")
+            fused += 1
+            found_rounds.append(rounds)
+        return PassResult(fused > 0, {"fused": fused, "source_rounds": found_rounds})

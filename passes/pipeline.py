@@ -1,0 +1,33 @@
+"""The default compilation pipeline, in order. Each pass lives in its own module."""
+
+from __future__ import annotations
+
+from spc.passes.eliminate_dead_code import EliminateDeadCode
+from spc.passes.fold_batchnorm import FoldBatchNorm
+from spc.passes.fold_constants import FoldConstants
+from spc.passes.fuse_conv_bias_relu import FuseConvBiasRelu
+from spc.passes.fuse_l2norm import FuseL2Norm
+from spc.passes.fuse_score_fold import FuseScoreFold
+from spc.passes.insert_device_nms import InsertDeviceNms
+from spc.passes.manager import Pass
+from spc.passes.partition_host_device import PartitionHostDevice
+from spc.passes.remove_identity import RemoveIdentity
+from spc.passes.simplify_shapes import SimplifyShapes
+
+
+def default_pipeline() -> list[Pass]:
+    return [
+        FoldConstants(),
+        SimplifyShapes(),
+        RemoveIdentity(),
+        EliminateDeadCode(),
+        FoldBatchNorm(),
+        FuseConvBiasRelu(),
+        FuseScoreFold(),
+        InsertDeviceNms(),
+        FuseL2Norm(),
+        PartitionHostDevice(),
+    ]
+
+
+PASS_NAMES = [p.name for p in default_pipeline()]

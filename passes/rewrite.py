@@ -1,0 +1,132 @@
+"""Local rewrite rules as data: a pattern, a check that can say why it failed, a rewrite.
+
+    CONV_RELU = Rule(
+        "conv-relu",
+        P("onnx.Relu", P("onnx.Conv", name="conv", single_use=True), name="relu"),
+        rewrite=lambda g, m: ...,          # returns the value that replaces the root's output
+    )
+
+A pattern P matches the producer of a value: ``op`` (one name or a tuple), ``inputs`` (a tuple
+of sub-patterns, ``ANY`` for don't-care), ``name`` to bind the matched node (or, for leaf
+patterns, the value), ``const`` for constants and ``single_use`` for values that must have no
+other user (so that fusing them away is safe). ``apply_rules`` runs a rule set to a fixed point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from spc.ir.graph import Graph, Node, Value
+
+
+@dataclass(frozen=True)
+class P:
+    op: str | tuple[str, ...] | None = None
+    inputs: tuple[P | None, ...] | None = None
+    name: str | None = None
+    const: bool = False
+    single_use: bool = False
+
+    def __init__(self, op: str | tuple[str, ...] | None = None, *inputs: P | None, name: str | None = None,
+                 const: bool = False, single_use: bool = False) -> None:
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "inputs", tuple(inputs) if inputs else None)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "const", const)
+        object.__setattr__(self, "single_use", single_use)
+
+
+ANY = P()
+
+
+class Match(dict):
+    """Bindings from pattern names to nodes (op patterns) or values (leaf patterns)."""
+
+    def node(self, key: str) -> Node:
+        return self[key]
+
+    def value(self, key: str) -> Value:
+        return self[key]
+
+
+def match(pat: P | None, v: Value | None, m: Match | None = None) -> Match | None:
+    m = Match() if m is None else m
+    if pat is None or (pat.op is None and not pat.const and pat.inputs is None):
+        if pat is not None and pat.name:
+            m[pat.name] = v
+        return m
+    if v is None:
+        return None
+    if pat.const:
+        if not v.is_const:
+            return None
+        if pat.name:
+            m[pat.name] = v
+        return m
+    node = v.producer
+    if node is None:
+        return None
+    ops = (pat.op,) if isinstance(pat.op, str) else pat.op
+    if pat.op is not None and node.op.name not in ops:
+        return None
+    if pat.single_use and (len(v.uses) != 1):
+        return None
+    if pat.inputs is not None:
+        if len(pat.inputs) > len(node.inputs):
+            return None
+        for sub, inp in zip(pat.inputs, node.inputs):
+            if match(sub, inp, m) is None:
+                return None
+    if pat.name:
+        m[pat.name] = node
+    return m
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    pattern: P
+    rewrite: Callable[[Graph, Match], Value | None]
+    # returns None when the match may be rewritten, else the reason it may not
+    check: Callable[[Graph, Match], str | None] = field(default=lambda g, m: None)
+
+
+def apply_rules(g: Graph, rules: Sequence[Rule], max_rounds: int = 50) -> dict[str, Any]:
+    """Apply rules until none fires; returns {rule name: count} (rules that fired only)."""
+    counts: dict[str, int] = {}
+    for _ in range(max_rounds):
+        fired = False
+        for node in list(g.nodes):
+            if node not in g.nodes or len(node.outputs) != 1:
+                continue
+            for rule in rules:
+                m = match(rule.pattern, node.output)
+                if m is None or rule.check(g, m) is not None:
+                    continue
+                new = rule.rewrite(g, m)
+                if new is None:
+                    continue
+                g.replace_all_uses(node.output, new)
+                counts[rule.name] = counts.get(rule.name, 0) + 1
+                fired = True
+                break
+        if not fired:
+            break
+        g.toposort()
+        remove_dead(g)
+    else:
+        raise RuntimeError(f"rules did not reach a fixed point in {max_rounds} rounds: {counts}")
+    return counts
+
+
+def remove_dead(g: Graph) -> int:
+    """Remove nodes whose outputs nobody uses (reverse order, so chains go in one sweep)."""
+    removed = 0
+    for node in reversed(list(g.nodes)):
+        if all(not o.uses and o not in g.outputs for o in node.outputs):
+            g.remove_node(node)
+            removed += 1
+    g.remove_unused_constants()
+    return removed

@@ -1,0 +1,155 @@
+"""Recognise a multi-op computation by what it computes, not by how it is spelled.
+
+Exporters spell the same algorithm many ways (Unsqueeze or Reshape around a pool, Where or Mul
+for a mask, ReduceL2 or Pow/ReduceSum/Sqrt for a norm). A fusion pass here:
+
+1. picks an *entry* value (e.g. a 4-D map with 65 channels),
+2. grows the *region* of nodes reachable from it through an allowed set of ops (plus
+   subgraphs that depend only on constants),
+3. evaluates the region on probe inputs chosen to expose the differences that matter (ties,
+   plateaus, tiny norms), recording every value, and
+4. accepts an *exit* value whose probe results equal the reference semantics of the fused op,
+   provided the region up to it is closed: nothing inside it is used from outside.
+
+Probing is a test, not a proof; the probes are chosen per op to break the plausible
+near-misses, and each pass's unit tests include such near-misses as negative cases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from spc.ir.graph import Graph, Node, Value
+
+
+@dataclass
+class Region:
+    entry: Value
+    nodes: list[Node]  # topological order; includes constant-only helper nodes
+
+    def values(self) -> list[Value]:
+        return [o for n in self.nodes for o in n.outputs]
+
+
+def grow_region(g: Graph, entry: Value, allowed: set[str]) -> Region:
+    """Nodes reachable from ``entry`` through ``allowed`` ops, whose other inputs are constants,
+    region values, or outputs of constant-only subgraphs."""
+    inside: set[int] = set()
+    order = {id(n): i for i, n in enumerate(g.nodes)}
+    reach = {id(entry)}
+    const_only: set[int] = set()
+    for n in g.nodes:
+        ins = [v for v in n.inputs if v is not None]
+        if all(v.is_const or id(v) in const_only for v in ins) and ins and not n.op.data_dependent:
+            const_only.update(id(o) for o in n.outputs)
+    chosen: list[Node] = []
+    for n in g.nodes:
+        if n.op.name not in allowed or n.op.data_dependent:
+            continue
+        ins = [v for v in n.inputs if v is not None]
+        if not any(id(v) in reach for v in ins):
+            continue
+        if not all(v.is_const or id(v) in reach or id(v) in const_only for v in ins):
+            continue
+        chosen.append(n)
+        inside.add(id(n))
+        reach.update(id(o) for o in n.outputs)
+    # constant-only helpers that feed the region (e.g. an unfolded zeros_like)
+    helpers = [n for n in g.nodes if n.outputs and id(n.outputs[0]) in const_only
+               and any(id(u) in inside for o in n.outputs for u, _ in o.uses)]
+    nodes = sorted(chosen + [h for h in helpers if id(h) not in inside], key=lambda n: order[id(n)])
+    return Region(entry, nodes)
+
+
+def evaluate(region: Region, entry_data: np.ndarray) -> dict[int, np.ndarray]:
+    """Run the region's nodes on numpy, returning every value by id."""
+    env: dict[int, np.ndarray] = {id(region.entry): entry_data}
+    for n in region.nodes:
+        args = []
+        for v in n.inputs:
+            if v is None:
+                args.append(None)
+            elif id(v) in env:
+                args.append(env[id(v)])
+            elif v.is_const:
+                args.append(v.data)
+            else:
+                raise KeyError(f"%{v.name} is outside the region")
+        for o, r in zip(n.outputs, n.op.evaluate(args, n.attrs)):
+            env[id(o)] = np.asarray(r)
+    return env
+
+
+def closed_prefix(region: Region, exit: Value, g: Graph) -> list[Node] | None:
+    """The region's nodes that ``exit`` depends on, if no other value of theirs escapes."""
+    members = {id(n): n for n in region.nodes}
+    needed: dict[int, Node] = {}
+    stack = [exit.producer]
+    while stack:
+        n = stack.pop()
+        if n is None or id(n) in needed or id(n) not in members:
+            continue
+        needed[id(n)] = n
+        stack.extend(v.producer for v in n.inputs if v is not None)
+    for n in needed.values():
+        for o in n.outputs:
+            if o is exit:
+                continue
+            if o in g.outputs or any(id(u) not in needed for u, _ in o.uses):
+                return None
+    return [n for n in region.nodes if id(n) in needed]
+
+
+def find_exit(g: Graph, region: Region, envs: list[dict[int, np.ndarray]], wants: list[np.ndarray],
+              last: bool, rtol: float = 0.0, atol: float = 0.0) -> tuple[Value, list[Node]] | None:
+    """The first (or last) closed region value equal to ``wants[i]`` on probe ``i``, for all i.
+
+    ``envs`` are the region's values on the probes (:func:`evaluate`). A candidate of another
+    shape but the same element order (a view) also matches: the fused op reshapes to it.
+    """
+    candidates = [v for v in region.values() if v.type.is_static]
+    if last:
+        candidates.reverse()
+    for cand in candidates:
+        ok = True
+        for env, want in zip(envs, wants):
+            got = env.get(id(cand))
+            if got is None or got.size != want.size:
+                ok = False
+                break
+            if not np.allclose(got.reshape(want.shape).astype(np.float64), want.astype(np.float64),
+                               rtol=rtol, atol=atol):
+                ok = False
+                break
+        if not ok:
+            continue
+        nodes = closed_prefix(region, cand, g)
+        if nodes:
+            return cand, nodes
+    return None
+
+
+def replace_region(g: Graph, nodes: list[Node], exit: Value, new: Value) -> None:
+    """Route users of ``exit`` to ``new`` and delete the region's nodes."""
+    g.replace_all_uses(exit, new)
+    for n in reversed(nodes):
+        if all(not o.uses and o not in g.outputs for o in n.outputs):
+            g.remove_node(n)
+
+
+def fuse_region(g: Graph, nodes: list[Node], exit: Value, op_name: str, inputs: list[Value],
+                attrs: dict, name: str) -> Node:
+    """Replace the region computing ``exit`` by one ``op_name`` node that keeps ``exit``'s name
+    (so the value can still be found in the source ONNX by that name)."""
+    from spc.ir import ops
+
+    node = g.make_node(ops.get(op_name), inputs, attrs, name=name, out_names=[exit.name + "_fused"],
+                       before=nodes[0])
+    source_name = exit.name
+    replace_region(g, nodes, exit, node.output)
+    if node.output not in g.outputs:
+        g.rename(node.output, source_name)
+    g.toposort()
+    return node

@@ -1,0 +1,101 @@
+"""simplify-shapes: collapse chains of layout ops on static shapes.
+
+Before (the HF model's per-image loop, batch 1)::
+
+    %a: f32[1,128,15,20] = onnx.Slice(%x, %zero, %one, %zero)
+    %b: f32[128,15,20] = onnx.Squeeze(%a, %zero)
+    %c: f32[1,128,15,20] = onnx.Unsqueeze(%b, %zero)
+
+After (with remove-identity dropping the full Slice)::
+
+    uses of %c read %a
+
+Rules: Unsqueeze∘Squeeze and Squeeze∘Unsqueeze on the same axes cancel; Reshape∘Reshape is
+one Reshape; Transpose∘Transpose is one Transpose; Unsqueeze(Gather(x, i, axis=a), a) is a
+Slice of x (a channel pick that the device reads as a narrower tensor).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spc.ir import ops
+from spc.ir.graph import Graph, Node
+from spc.ir.ops.infer import axes_from, norm_axis
+from spc.passes.manager import Pass, PassContext, PassResult
+from spc.passes.rewrite import ANY, Match, P, Rule, apply_rules
+
+
+def _axes(n: Node, rank: int) -> list[int] | None:
+    axes = axes_from(n.inputs, n.attrs, 1)
+    return None if axes is None else sorted(norm_axis(a, rank) for a in axes)
+
+
+def _cancel_squeeze_unsqueeze(g: Graph, m: Match):
+    outer, inner = m.node("outer"), m.node("inner")
+    x = inner.inputs[0]
+    assert x is not None
+    if outer.output.type != x.type:
+        return None
+    outer_rank = inner.output.type.rank if outer.op.name == "onnx.Squeeze" else outer.output.type.rank
+    inner_rank = x.type.rank if inner.op.name == "onnx.Squeeze" else inner.output.type.rank
+    a, b = _axes(outer, outer_rank), _axes(inner, inner_rank)
+    return x if a is not None and a == b else None
+
+
+def _merge_reshapes(g: Graph, m: Match):
+    outer, inner = m.node("outer"), m.node("inner")
+    if not outer.output.type.is_static:
+        return None
+    shape = g.add_const(outer.name + "_shape", np.asarray(outer.output.type.static_shape, np.int64))
+    return g.make_node(ops.get("onnx.Reshape"), [inner.inputs[0], shape], {}, name=outer.name,
+                       before=outer).output
+
+
+def _merge_transposes(g: Graph, m: Match):
+    outer, inner = m.node("outer"), m.node("inner")
+    p1, p2 = inner.attrs.get("perm"), outer.attrs.get("perm")
+    if p1 is None or p2 is None:
+        return None
+    perm = [int(p1[i]) for i in p2]
+    return g.make_node(ops.get("onnx.Transpose"), [inner.inputs[0]], {"perm": perm}, name=outer.name,
+                       before=outer).output
+
+
+def _gather_to_slice(g: Graph, m: Match):
+    unsq, gather = m.node("unsq"), m.node("gather")
+    x, idx = gather.inputs[0], gather.inputs[1]
+    assert x is not None and idx is not None
+    if idx.type.rank != 0 or not x.type.is_static:
+        return None
+    axis = norm_axis(gather.attrs.get("axis", 0), x.type.rank)
+    if _axes(unsq, unsq.output.type.rank) != [axis]:
+        return None
+    i = int(idx.data)
+    i = i + x.type.static_shape[axis] if i < 0 else i
+    consts = [g.add_const(f"{gather.name}_{k}", np.asarray([v], np.int64))
+              for k, v in (("start", i), ("end", i + 1), ("axis", axis))]
+    return g.make_node(ops.get("onnx.Slice"), [x, *consts], {}, name=gather.name, before=unsq).output
+
+
+SQ, UNSQ = "onnx.Squeeze", "onnx.Unsqueeze"
+RULES = [
+    Rule("unsqueeze-squeeze", P(UNSQ, P(SQ, name="inner", single_use=True), name="outer"), _cancel_squeeze_unsqueeze),
+    Rule("squeeze-unsqueeze", P(SQ, P(UNSQ, name="inner", single_use=True), name="outer"), _cancel_squeeze_unsqueeze),
+    Rule("reshape-reshape", P("onnx.Reshape", P("onnx.Reshape", name="inner", single_use=True), ANY, name="outer"),
+         _merge_reshapes),
+    Rule("transpose-transpose", P("onnx.Transpose", P("onnx.Transpose", name="inner", single_use=True),
+                                  name="outer"), _merge_transposes),
+    Rule("gather-to-slice", P(UNSQ, P("onnx.Gather", ANY, P(const=True), name="gather", single_use=True),
+                              name="unsq"), _gather_to_slice),
+]
+
+
+class SimplifyShapes(Pass):
+    name = "simplify-shapes"
+    summary = "collapse chains of layout ops (squeeze/unsqueeze, reshape, transpose, channel picks)"
+    requires = ("fold-constants",)
+
+    def run(self, g: Graph, ctx: PassContext) -> PassResult:
+        counts = apply_rules(g, RULES)
+        return PassResult(bool(counts), counts)

@@ -1,0 +1,35 @@
+"""The backend interface: prepare a device program once, then run it per frame."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from spc.errors import SpcError
+from spc.lowering.program import Program
+
+
+class PreparedProgram(Protocol):
+    def run(self, inputs: dict[str, np.ndarray], read: list[str]) -> dict[str, np.ndarray]:
+        """Run the device stage on device-layout inputs; return the named device tensors."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    name: str
+
+    def prepare(self, program: Program, weights: dict[str, np.ndarray]) -> PreparedProgram: ...
+
+
+BACKENDS = ("emu",)
+
+
+def get_backend(name: str) -> Backend:
+    if name == "emu":
+        from spc.runtime.emu import EmuBackend
+
+        return EmuBackend()
+    raise SpcError(f"unknown backend {name!r} (available here: {', '.join(BACKENDS)})")

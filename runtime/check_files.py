@@ -1,0 +1,39 @@
+"""`spc check` over files: run both sides per input and print one row per input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spc.lowering.plan import Plan
+from spc.runtime.check import ImageReport, OrtReference, compare, find_source
+from spc.runtime.inputs import load_input
+from spc.runtime.runner import Runner
+
+
+def check_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | None, backend: str) -> list[ImageReport]:
+    src = find_source(plan, plan_path, onnx)
+    probes = plan.program.probes
+    maps = {role: t.name for role, t in probes.items()}
+    ref = OrtReference(src, list(maps.values()))
+    maps = {role: name for role, name in maps.items() if name in ref.extra}
+    shape = [int(d) for d in plan.program.inputs[0].shape]
+    arrays = [load_input(f, shape) for f in files]
+    reports = []
+    with Runner(plan, backend) as runner:
+        for f, x in zip(files, arrays):
+            reports.append(compare(f.name, runner.run(x, dense=True), ref.run(x), maps, shape[3], shape[2]))
+    return reports
+
+
+def print_reports(reports: list[ImageReport]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="spc plan vs onnxruntime (top-500 keypoints, 2 px)")
+    for col in ("input", "score PCC", "desc PCC", "precision", "recall", "F1", "desc cos", "kp ours/ref"):
+        table.add_column(col, justify="left" if col == "input" else "right")
+    for r in reports:
+        table.add_row(r.input, f"{r.score_pcc:.5f}", f"{r.descriptor_pcc:.5f}", f"{r.precision:.4f}",
+                      f"{r.recall:.4f}", f"{r.f1:.4f}", f"{r.descriptor_cosine:.5f}",
+                      f"{r.keypoints}/{r.ref_keypoints}")
+    Console().print(table)

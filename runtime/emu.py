@@ -1,0 +1,56 @@
+"""The ``emu`` backend: the device stage on the CPU, with the device's numerics (emu_ops.py).
+
+``prepare`` converts weights and binds every call once, the way a captured trace fixes a
+device program; ``run`` only replays the bound calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from spc.errors import SpcError
+from spc.lowering.program import Program, TtOp
+from spc.runtime.emu_ops import EMULATIONS, bf16, prepare_weight
+
+
+@dataclass
+class _Bound:
+    op: TtOp
+    fn: Callable[[list[torch.Tensor]], torch.Tensor]
+
+
+class EmuProgram:
+    def __init__(self, program: Program, weights: dict[str, np.ndarray]) -> None:
+        torch.set_grad_enabled(False)
+        self.program = program
+        self.calls: list[_Bound] = []
+        for op in program.device_ops:
+            emulation = EMULATIONS.get(op.op)
+            if emulation is None:
+                raise SpcError(f"the emu backend cannot run {op.op} (from {op.source})")
+            dtype = op.args.get("conv_config", {}).get("weights_dtype", "bfloat16")
+            try:
+                bound = {k: prepare_weight(name, weights[name], dtype) for k, name in op.weights.items()}
+            except KeyError as exc:
+                raise SpcError(f"plan is missing weight {exc} for {op.source}") from None
+            self.calls.append(_Bound(op, lambda ins, e=emulation, w=bound, a=op.args: e(ins, w, a)))
+
+    def run(self, inputs: dict[str, np.ndarray], read: list[str]) -> dict[str, np.ndarray]:
+        env = {k: bf16(torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32))) for k, v in inputs.items()}
+        for call in self.calls:
+            env[call.op.output] = call.fn([env[i] for i in call.op.inputs])
+        return {name: env[name].numpy() for name in read}
+
+    def close(self) -> None:
+        self.calls.clear()
+
+
+class EmuBackend:
+    name = "emu"
+
+    def prepare(self, program: Program, weights: dict[str, np.ndarray]) -> EmuProgram:
+        return EmuProgram(program, weights)

@@ -1,0 +1,70 @@
+"""`spc run` over files: progress bar, .npz per input, optional overlay PNG."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+from spc.errors import SpcError
+from spc.lowering.plan import Plan, atomic_write
+from spc.runtime.inputs import load_input
+from spc.runtime.runner import Runner
+
+
+def output_paths(files: list[Path], output: Path | None, suffix: str) -> list[Path]:
+    """One input: ``output`` itself (default <input>.<suffix>); several: files in the folder ``output``."""
+    if len(files) == 1 and (output is None or output.suffix):
+        return [output or files[0].with_suffix(suffix)]
+    folder = output or Path(".")
+    if folder.exists() and not folder.is_dir():
+        raise SpcError(f"{folder}: several inputs need a folder for -o/--viz")
+    return [folder / (f.stem + suffix) for f in files]
+
+
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def overlay_png(grey: np.ndarray, keypoints: np.ndarray, scores: np.ndarray) -> bytes:
+    """Keypoints (pixel x, y) as circles whose radius grows with the score, on the grey image."""
+    from PIL import Image, ImageDraw
+
+    im = Image.fromarray((np.clip(grey, 0, 1) * 255).astype(np.uint8), mode="L").convert("RGB")
+    draw = ImageDraw.Draw(im)
+    top = float(scores.max()) if len(scores) else 1.0
+    for (x, y), s in zip(keypoints, scores):
+        r = 1.5 + 3.0 * float(s) / max(top, 1e-6)
+        draw.ellipse([x - r, y - r, x + r, y + r], outline=(0, 255, 0))
+    buf = io.BytesIO()
+    im.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | None, dense: bool,
+              backend: str) -> None:
+    from rich.progress import Progress
+
+    spec = plan.program.inputs[0]
+    shape = [int(d) for d in spec.shape]
+    npz_paths = output_paths(files, output, ".npz")
+    viz_paths = output_paths(files, viz, ".png") if viz is not None else [None] * len(files)
+    # read every input first: a bad file fails before anything is written
+    arrays = [load_input(f, shape) for f in files]
+    with Runner(plan, backend) as runner, Progress(transient=True, disable=len(files) < 2) as bar:
+        task = bar.add_task("running", total=len(files))
+        for f, x, out, vz in zip(files, arrays, npz_paths, viz_paths):
+            result = runner.run(x, dense=dense)
+            arrays_out = dict(result.outputs)
+            arrays_out.update({k: v for k, v in result.dense.items()})
+            atomic_write(out, npz_bytes(arrays_out))
+            if vz is not None:
+                keep = result.outputs["mask"][0].astype(bool)
+                kp = result.outputs["keypoints"][0][keep] * np.asarray([shape[3], shape[2]], np.float32)
+                atomic_write(vz, overlay_png(x[0, 0], kp, result.outputs["scores"][0][keep]))
+            bar.advance(task)
+            n = int(result.outputs["mask"].sum())
+            print(f"{f}: {n} keypoints -> {out}" + (f", {vz}" if vz else ""))

@@ -1,0 +1,63 @@
+"""Run a plan on one input: host-pre -> device (a backend) -> host-post, timing each phase."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from spc.errors import SpcError
+from spc.lowering.layout import DeviceLayout
+from spc.lowering.plan import Plan
+from spc.runtime.backend import get_backend
+from spc.runtime.host import run_host
+
+
+@dataclass
+class RunResult:
+    outputs: dict[str, np.ndarray]  # the model's outputs, by ONNX output name
+    dense: dict[str, np.ndarray]  # device maps by role ("score_map", ...), in IR shape
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+class Runner:
+    def __init__(self, plan: Plan, backend: str = "emu") -> None:
+        self.plan = plan
+        self.program = plan.program
+        self.device = get_backend(backend).prepare(plan.program, plan.weights)
+
+    def close(self) -> None:
+        self.device.close()
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, x: np.ndarray, dense: bool = False) -> RunResult:
+        p = self.program
+        spec = p.inputs[0]
+        if list(x.shape) != [int(d) for d in spec.shape]:
+            raise SpcError(f"input shape {list(x.shape)} does not match the plan's {spec.name} {spec.shape}")
+        seconds: dict[str, float] = {}
+        t0 = time.perf_counter()
+        env: dict[str, np.ndarray] = {spec.name: x.astype(np.float32)}
+        run_host(p.host_pre, env, self.plan.weights)
+        dev_in = {t.name: DeviceLayout.of(t.shape).to_device(env[t.name]) for t in p.device_inputs}
+        t1 = time.perf_counter()
+        read = [t.name for t in p.device_outputs]
+        if dense:
+            read += [t.name for t in p.probes.values() if t.name not in read]
+        got = self.device.run(dev_in, read)
+        t2 = time.perf_counter()
+        for t in p.device_outputs:
+            env[t.name] = DeviceLayout.of(t.shape).from_device(got[t.name], t.shape)
+        run_host(p.host_post, env, self.plan.weights)
+        t3 = time.perf_counter()
+        seconds.update(host_pre=t1 - t0, device=t2 - t1, host_post=t3 - t2)
+        maps = {}
+        if dense:
+            maps = {role: DeviceLayout.of(t.shape).from_device(got[t.name], t.shape) for role, t in p.probes.items()}
+        return RunResult({o.name: env[o.name] for o in p.outputs}, maps, seconds)
