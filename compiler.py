@@ -37,11 +37,12 @@ def check_superpoint_input(g: Graph, src: Path) -> None:
 
 def check_superpoint_heads(g: Graph, src: Path) -> None:
     found = {n.op.name for n in g.nodes}
-    missing = [what for op, what in (("spc.ScoreFold", "a keypoint score head (softmax over c*c+1 channels "
-                                      "folded to full resolution)"),
-                                     ("spc.L2Norm", "a normalised descriptor head")) if op not in found]
+    heads = (("spc.ScoreFold", "keypoint score head (softmax over c*c+1 channels folded to full resolution)"),
+             ("spc.L2Norm", "L2-normalised descriptor head"))
+    missing = [what for op, what in heads if op not in found]
     if missing:
-        raise SpcError(f"{src}: not SuperPoint-like: found no {' and no '.join(missing)}")
+        raise SpcError(f"{src}: not SuperPoint-like: found no {' and no '.join(missing)}; "
+                       "see the IR with --dump-dir")
 
 
 def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, print_ir: bool = False,

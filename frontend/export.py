@@ -45,10 +45,14 @@ def export_onnx(output: Path, height: int = 480, width: int = 640, channels: int
         raise SpcError(f"--height/--width must be multiples of 8 and at least 16, got {height}x{width}")
     if channels not in (1, 2, 3):
         raise SpcError(f"--channels must be 1, 2 or 3, got {channels}")
+    import logging
     import warnings
 
     import onnx
     import torch
+
+    # the exporter logs that torchvision is absent; SuperPoint needs none of its ops
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
 
     from spc.frontend.weights import build_model
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from spc.ir import ops
 from spc.ir.graph import Graph, Node
 from spc.passes.manager import Pass, PassContext, PassResult
-from spc.passes.rewrite import P, Rule, apply_rules
+from spc.passes.rewrite import P, Rule, apply_rules, single_use
 
 
 def _conv_attrs(conv: Node, activation: str) -> dict:
@@ -36,16 +36,15 @@ def _fused(g: Graph, conv: Node, activation: str, before: Node):
                        name=conv.name, before=before).output
 
 
-def _relu_follows(conv: Node) -> bool:
-    uses = conv.output.uses
-    return len(uses) == 1 and uses[0][0].op.name == "onnx.Relu"
+def _relu_follows(g: Graph, conv: Node) -> bool:
+    return single_use(g, conv.output) and conv.output.uses[0][0].op.name == "onnx.Relu"
 
 
 RULES = [
     Rule("conv-relu", P("onnx.Relu", P("onnx.Conv", name="conv", single_use=True), name="relu"),
          lambda g, m: _fused(g, m.node("conv"), "relu", m.node("relu"))),
     Rule("conv", P("onnx.Conv", name="conv"), lambda g, m: _fused(g, m.node("conv"), "none", m.node("conv")),
-         check=lambda g, m: "conv-relu will take it" if _relu_follows(m.node("conv")) else None),
+         check=lambda g, m: "conv-relu will take it" if _relu_follows(g, m.node("conv")) else None),
 ]
 
 

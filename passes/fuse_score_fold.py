@@ -51,9 +51,9 @@ class FuseScoreFold(Pass):
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
         fused = 0
-        for entry in [o for n in list(g.nodes) for o in n.outputs]:
+        for entry in [v for v in list(g.values()) if not v.is_const]:
             cell = fold_cell(entry)
-            if cell is None or not entry.uses or entry.producer not in g.nodes:
+            if cell is None or not entry.uses or (entry.producer is not None and entry.producer not in g.nodes):
                 continue
             region = grow_region(g, entry, FOLD_OPS)
             rng = np.random.default_rng(0)

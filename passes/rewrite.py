@@ -51,7 +51,12 @@ class Match(dict):
         return self[key]
 
 
-def match(pat: P | None, v: Value | None, m: Match | None = None) -> Match | None:
+def single_use(g: Graph, v: Value) -> bool:
+    """Exactly one node reads ``v`` and it is not a graph output: fusing it away is invisible."""
+    return len(v.uses) == 1 and v not in g.outputs
+
+
+def match(pat: P | None, v: Value | None, g: Graph, m: Match | None = None) -> Match | None:
     m = Match() if m is None else m
     if pat is None or (pat.op is None and not pat.const and pat.inputs is None):
         if pat is not None and pat.name:
@@ -71,13 +76,13 @@ def match(pat: P | None, v: Value | None, m: Match | None = None) -> Match | Non
     ops = (pat.op,) if isinstance(pat.op, str) else pat.op
     if pat.op is not None and node.op.name not in ops:
         return None
-    if pat.single_use and (len(v.uses) != 1):
+    if pat.single_use and not single_use(g, v):
         return None
     if pat.inputs is not None:
         if len(pat.inputs) > len(node.inputs):
             return None
         for sub, inp in zip(pat.inputs, node.inputs):
-            if match(sub, inp, m) is None:
+            if match(sub, inp, g, m) is None:
                 return None
     if pat.name:
         m[pat.name] = node
@@ -102,7 +107,7 @@ def apply_rules(g: Graph, rules: Sequence[Rule], max_rounds: int = 50) -> dict[s
             if node not in g.nodes or len(node.outputs) != 1:
                 continue
             for rule in rules:
-                m = match(rule.pattern, node.output)
+                m = match(rule.pattern, node.output, g)
                 if m is None or rule.check(g, m) is not None:
                     continue
                 new = rule.rewrite(g, m)

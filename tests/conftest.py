@@ -1,0 +1,52 @@
+"""Shared fixtures: a real SuperPoint export at a small size, compiled once per test session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spc.ir.graph import Graph
+from spc.ir.parser import parse_graph
+from spc.ir.verify import verify
+
+SMALL = (120, 160)
+
+
+def ir(text: str, **weights: np.ndarray) -> Graph:
+    """A graph from IR text (tests are written as IR in, IR out)."""
+    g = parse_graph(text, weights)
+    verify(g)
+    return g
+
+
+@pytest.fixture(scope="session")
+def small_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from spc.frontend.export import export_onnx
+
+    return export_onnx(tmp_path_factory.mktemp("export") / "sp.onnx", *SMALL)
+
+
+@pytest.fixture(scope="session")
+def small_plan(small_onnx: Path) -> Path:
+    from spc.compiler import compile_onnx
+
+    out = small_onnx.with_suffix(".ttplan")
+    compile_onnx(small_onnx, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Natural images from scikit-image, written as PNG/JPEG files."""
+    from PIL import Image
+    from skimage import data
+
+    folder = tmp_path_factory.mktemp("images")
+    out = {}
+    for name in ("camera", "astronaut", "coffee"):
+        path = folder / f"{name}.png"
+        Image.fromarray(getattr(data, name)()).save(path)
+        out[name] = path
+    return out

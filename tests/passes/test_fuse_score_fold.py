@@ -1,0 +1,56 @@
+"""fuse-score-fold: the HF spelling, a DepthToSpace spelling, and near misses that must not fuse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spc.ir.evaluate import evaluate_graph
+from spc.passes.fuse_score_fold import FuseScoreFold
+from spc.passes.manager import PassContext
+from tests.passes.builder import Builder
+
+H, W = 3, 4
+
+
+def hf_fold(perm: tuple[int, ...] = (0, 1, 3, 2, 4), keep: slice = slice(0, 64)) -> Builder:
+    b = Builder((1, 65, H, W))
+    sm = b.op("Softmax", b.x, axis=1)
+    sl = b.op("Slice", sm, b.const([keep.start]), b.const([keep.stop]), b.const([1]))
+    p = b.op("Transpose", sl, perm=[0, 2, 3, 1])
+    v = b.op("Reshape", p, b.const([1, H, W, 8, 8]))
+    q = b.op("Transpose", v, perm=list(perm))
+    out = b.op("Reshape", q, b.const([1, H * 8, W * 8]))
+    b.done(out)
+    return b
+
+
+def d2s_fold() -> Builder:
+    b = Builder((1, 65, H, W))
+    sm = b.op("Softmax", b.x, axis=1)
+    sl = b.op("Slice", sm, b.const([0]), b.const([-1]), b.const([1]))
+    d = b.op("DepthToSpace", sl, blocksize=8, mode="DCR")
+    b.done(b.op("Squeeze", d, b.const([1])))
+    return b
+
+
+@pytest.mark.parametrize("make", [hf_fold, d2s_fold], ids=["hf-transpose-reshape", "depth-to-space"])
+def test_fuses_spellings(make) -> None:
+    b = make()
+    x = np.random.default_rng(5).normal(0, 3, (1, 65, H, W)).astype(np.float32)
+    before = evaluate_graph(b.g, {"x": x})[0]
+    name = b.g.outputs[0].name
+    assert FuseScoreFold().run(b.g, PassContext()).stats == {"fused": 1}
+    assert [n.op.name for n in b.g.nodes] == ["spc.ScoreFold"]
+    node = b.g.nodes[0]
+    assert node.attrs == {"cell": 8, "out_shape": [1, H * 8, W * 8]}
+    assert b.g.outputs[0].name == name  # the source's name survives, for `spc check`
+    np.testing.assert_allclose(evaluate_graph(b.g, {"x": x})[0], before, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("make", [lambda: hf_fold(perm=(0, 1, 2, 3, 4)), lambda: hf_fold(keep=slice(1, 65))],
+                         ids=["no-interleave", "drops-first-channel"])
+def test_near_misses_do_not_fuse(make) -> None:
+    b = make()
+    assert not FuseScoreFold().run(b.g, PassContext()).modified
+    assert "spc.ScoreFold" not in [n.op.name for n in b.g.nodes]
