@@ -165,7 +165,7 @@ def convert_superpoint_open(state: dict[str, np.ndarray]) -> dict[str, np.ndarra
 def to_hf_layout(state: dict[str, np.ndarray], origin: str) -> dict[str, np.ndarray]:
     """Recognise the layout of a state dict and return it in the Hugging Face layout."""
     keys = set(state)
-    if any(k.startswith("encoder.conv_blocks.") for k in keys):
+    if any(k.startswith(("encoder.conv_blocks.", "superpoint.encoder.conv_blocks.")) for k in keys):
         prefix = "superpoint." if any(k.startswith("superpoint.") for k in keys) else ""
         return {k[len(prefix):]: v for k, v in state.items() if not k.endswith("num_batches_tracked")}
     if "conv1a.weight" in keys:

@@ -87,4 +87,4 @@ def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[s
     desc = pcc(ours.dense["descriptor_map"], ref[maps["descriptor_map"]]) if "descriptor_map" in maps \
         else float("nan")
     return ImageReport(name, score, desc, agree.precision, agree.recall, agree.f1, agree.descriptor_cosine,
-                       int(len(kp)), int(len(rkp)))
+                       len(kp), len(rkp))

@@ -52,7 +52,6 @@ def _conv_infer(ins: list[Value | None], attrs: D) -> list[TensorType] | None:
 def conv2d_nchw(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides, pads, dil, group: int) -> np.ndarray:
     """Reference NCHW convolution in float64 (im2col); slow, for tests and folding only."""
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
-    n, c, _, _ = xp.shape
     o, cg, kh, kw = w.shape
     eh, ew = dil[0] * (kh - 1) + 1, dil[1] * (kw - 1) + 1
     win = sliding_window_view(xp, (eh, ew), axis=(2, 3))[:, :, ::strides[0], ::strides[1], ::dil[0], ::dil[1]]

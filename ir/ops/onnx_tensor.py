@@ -274,7 +274,7 @@ def slice_params(rank: int, starts, ends, axes, steps) -> list[slice]:
 def _slice_inputs(ins: A, attrs: D) -> tuple:
     if "starts" in attrs:  # opset < 10
         return attrs["starts"], attrs["ends"], attrs.get("axes"), None
-    get = lambda i: ins[i] if len(ins) > i else None  # noqa: E731
+    get = lambda i: ins[i] if len(ins) > i else None
     return get(1), get(2), get(3), get(4)
 
 

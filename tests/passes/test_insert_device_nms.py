@@ -42,8 +42,8 @@ def mul_nms_4d(rounds: int = 2) -> Builder:
     """The same algorithm on a (1, 1, H, W) map with multiplications instead of Where."""
     b = Builder((1, 1) + SHAPE[1:])
     k = 2 * R + 1
-    pool = lambda v: b.op("MaxPool", v, kernel_shape=[k, k], pads=[R] * 4, strides=[1, 1])  # noqa: E731
-    as_f = lambda m: b.op("Cast", m, to=1)  # noqa: E731
+    pool = lambda v: b.op("MaxPool", v, kernel_shape=[k, k], pads=[R] * 4, strides=[1, 1])
+    as_f = lambda m: b.op("Cast", m, to=1)
     s = b.x
     mask = b.op("Equal", s, pool(s))
     for _ in range(rounds):

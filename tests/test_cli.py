@@ -1,0 +1,214 @@
+"""The `spc` commands end to end at a small size, and every bad input: one line, non-zero exit,
+no output file."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+from spc.cli import main
+from spc.ir.parser import parse_graph
+from spc.lowering.plan import read_plan
+from spc.passes.pipeline import PASS_NAMES
+
+
+def spc(*args: object) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def assert_one_line_error(code: int, err: str, *, contains: str) -> None:
+    assert code == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("spc: error:") and contains in lines[0], err
+
+
+def test_check_against_onnxruntime(small_plan: Path, small_onnx: Path, images: dict[str, Path]) -> None:
+    code, out, err = spc("check", small_plan, *images.values(), "--json", "--min-pcc", "0.995", "--min-f1", "0.9")
+    assert code == 0, err
+    reports = json.loads(out)
+    assert [r["input"] for r in reports] == ["camera.png", "astronaut.png", "coffee.png"]
+    for r in reports:
+        assert r["score_pcc"] > 0.995 and r["descriptor_pcc"] > 0.995 and r["f1"] > 0.9
+        assert r["descriptor_cosine"] > 0.99 and r["keypoints"] > 20
+
+
+def test_check_fails_under_threshold(small_plan: Path, images: dict[str, Path]) -> None:
+    code, _, err = spc("check", small_plan, images["camera"], "--min-f1", "1.01")
+    assert code == 1 and "check failed on 1 of 1" in err
+
+
+def test_run_is_a_drop_in_for_onnxruntime(small_plan: Path, small_onnx: Path, tmp_path: Path,
+                                          images: dict[str, Path]) -> None:
+    import onnxruntime as ort
+
+    from spc.runtime.inputs import load_input
+
+    out = tmp_path / "kp.npz"
+    code, _, err = spc("run", small_plan, images["astronaut"], "-o", out, "--dense", "--viz", tmp_path / "kp.png")
+    assert code == 0, err
+    ours = np.load(out)
+    x = load_input(images["astronaut"], [1, 3, 120, 160])
+    ref = dict(zip(["keypoints", "scores", "descriptors", "mask"],
+                   ort.InferenceSession(str(small_onnx), providers=["CPUExecutionProvider"]).run(None, {"pixel_values": x})))
+    for name, want in ref.items():
+        assert ours[name].dtype == want.dtype and ours[name].ndim == want.ndim
+        assert ours[name].shape[0] == 1 and ours[name].shape[2:] == want.shape[2:]
+    assert abs(int(ours["mask"].sum()) - int(ref["mask"].sum())) <= 5
+    assert ours["score_map"].shape == (1, 120, 160) and ours["descriptor_map"].shape == (1, 256, 15, 20)
+    assert (tmp_path / "kp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_run_several_inputs_into_a_folder(small_plan: Path, tmp_path: Path, images: dict[str, Path]) -> None:
+    npy = tmp_path / "frame.npy"
+    np.save(npy, np.random.default_rng(0).random((1, 3, 120, 160)).astype(np.float32))
+    folder = tmp_path / "out"
+    folder.mkdir()
+    code, _, err = spc("run", small_plan, images["camera"].parent, npy, "-o", folder)
+    assert code == 0, err
+    assert sorted(p.name for p in folder.iterdir()) == ["astronaut.npz", "camera.npz", "coffee.npz", "frame.npz"]
+
+
+def test_compile_is_deterministic_and_dumps_every_pass(small_onnx: Path, small_plan: Path, tmp_path: Path) -> None:
+    again = tmp_path / "again.ttplan"
+    dumps = tmp_path / "dumps"
+    code, _, err = spc("compile", small_onnx, "-o", again, "--dump-dir", dumps)
+    assert code == 0, err
+    assert again.read_bytes() == small_plan.read_bytes()
+    names = sorted(p.name for p in dumps.iterdir())
+    for i, name in enumerate(["input", *PASS_NAMES]):
+        assert f"{i:02d}-{name}.ir" in names and f"{i:02d}-{name}.dot" in names
+    summary = (dumps / "summary.txt").read_text()
+    assert "insert-device-nms" in summary and "spc.Nms 0->1" in summary
+    plan = read_plan(again)
+    final = (dumps / f"{len(PASS_NAMES):02d}-{PASS_NAMES[-1]}.ir").read_text()
+    assert final == plan.ir_text
+    g = parse_graph(final, plan.weights)
+    assert g.op_counts()["spc.Nms"] == 1
+
+
+def test_stop_after_and_print_ir(small_onnx: Path, tmp_path: Path) -> None:
+    code, out, err = spc("compile", small_onnx, "--stop-after", "fuse-score-fold", "--print-ir-after-all")
+    assert code == 0 and "no plan written" in out
+    assert "IR after fuse-score-fold" in err and "IR after insert-device-nms" not in err
+    assert not small_onnx.with_name("sp.ttplan.part").exists()
+    code, _, err = spc("compile", small_onnx, "--stop-after", "no-such-pass")
+    assert_one_line_error(code, err, contains="no such pass")
+
+
+def test_single_pass_nms_is_opt_in(small_onnx: Path, tmp_path: Path) -> None:
+    code, _, err = spc("compile", small_onnx, "-o", tmp_path / "sp1.ttplan", "--nms-single-pass")
+    assert code == 0 and "single-pass NMS replaces the source's 2" in err
+    assert "iterations = 0" in read_plan(tmp_path / "sp1.ttplan").ir_text
+
+
+def test_compile_does_not_import_torch(small_onnx: Path, tmp_path: Path) -> None:
+    code = ("import sys; from spc.cli import main\n"
+            f"try: main(['compile', {str(small_onnx)!r}, '-o', {str(tmp_path / 'x.ttplan')!r}])\n"
+            "except SystemExit: pass\n"
+            "assert 'torch' not in sys.modules and 'onnxruntime' not in sys.modules, 'heavy import'\n")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def _rewrite_member(src: Path, dst: Path, member: str, edit) -> None:
+    out = io.BytesIO()
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(out, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            zout.writestr(info, edit(data) if info.filename == member else data)
+    dst.write_bytes(out.getvalue())
+
+
+def _bad_onnx(tmp_path: Path, small_onnx: Path) -> dict[str, tuple[Path, str]]:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])
+    relu = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]),
+                             opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save(relu, tmp_path / "relu.onnx")
+    (tmp_path / "trunc.onnx").write_bytes(small_onnx.read_bytes()[:4000])
+    return {"missing": (tmp_path / "nope.onnx", "no such file"),
+            "truncated": (tmp_path / "trunc.onnx", "not a readable ONNX model"),
+            "not-superpoint": (tmp_path / "relu.onnx", "not SuperPoint-like")}
+
+
+@pytest.mark.parametrize("case", ["missing", "truncated", "not-superpoint"])
+def test_bad_onnx(case: str, small_onnx: Path, tmp_path: Path) -> None:
+    path, message = _bad_onnx(tmp_path, small_onnx)[case]
+    out = tmp_path / "out.ttplan"
+    code, _, err = spc("compile", path, "-o", out)
+    assert_one_line_error(code, err, contains=message)
+    assert not out.exists() and not list(tmp_path.glob("*.part"))
+
+
+def _bad_plans(tmp_path: Path, plan: Path) -> dict[str, tuple[Path, str]]:
+    (tmp_path / "trunc.ttplan").write_bytes(plan.read_bytes()[: plan.stat().st_size // 2])
+    def edit(d: bytes) -> bytes:
+        edited = d.replace(b'"in_channels": 64', b'"in_channels": 32', 1)
+        assert edited != d
+        return edited
+
+    _rewrite_member(plan, tmp_path / "edited.ttplan", "program.json", edit)
+
+    def newer(d: bytes) -> bytes:
+        m = json.loads(d)
+        m["format_version"] = 99
+        return json.dumps(m).encode()
+
+    _rewrite_member(plan, tmp_path / "newer.ttplan", "manifest.json", newer)
+    return {"truncated": (tmp_path / "trunc.ttplan", "not a readable .ttplan"),
+            "edited": (tmp_path / "edited.ttplan", "program.json does not match its hash"),
+            "newer": (tmp_path / "newer.ttplan", "newer than this spc understands"),
+            "missing": (tmp_path / "nope.ttplan", "no such plan file")}
+
+
+@pytest.mark.parametrize("case", ["truncated", "edited", "newer", "missing"])
+def test_bad_plans(case: str, small_plan: Path, tmp_path: Path, images: dict[str, Path]) -> None:
+    path, message = _bad_plans(tmp_path, small_plan)[case]
+    out = tmp_path / "kp.npz"
+    code, _, err = spc("run", path, images["camera"], "-o", out)
+    assert_one_line_error(code, err, contains=message)
+    assert not out.exists()
+
+
+def _bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    (tmp_path / "empty.png").write_bytes(b"")
+    (tmp_path / "text.jpg").write_text("hello")
+    np.save(tmp_path / "wrong.npy", np.zeros((1, 3, 10, 10), np.float32))
+    np.save(tmp_path / "strings.npy", np.array([["a"]]))
+    return {"empty": (tmp_path / "empty.png", "empty file"),
+            "not-an-image": (tmp_path / "text.jpg", "not a readable image"),
+            "wrong-shape": (tmp_path / "wrong.npy", "does not match the plan input"),
+            "not-numeric": (tmp_path / "strings.npy", "does not match the plan input"),
+            "missing": (tmp_path / "nope.png", "no such file")}
+
+
+@pytest.mark.parametrize("case", ["empty", "not-an-image", "wrong-shape", "not-numeric", "missing"])
+def test_bad_inputs(case: str, small_plan: Path, tmp_path: Path) -> None:
+    path, message = _bad_inputs(tmp_path)[case]
+    out = tmp_path / "kp.npz"
+    code, _, err = spc("run", small_plan, path, "-o", out)
+    assert_one_line_error(code, err, contains=message)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("mode", ["L", "RGB", "RGBA", "P", "I;16"])
+def test_image_modes(mode: str, small_plan: Path, tmp_path: Path, images: dict[str, Path]) -> None:
+    from PIL import Image
+
+    im = Image.open(images["astronaut"]).convert("RGB").resize((97, 61))
+    im = Image.fromarray(np.asarray(im.convert("L"), np.uint16) * 257) if mode == "I;16" else im.convert(mode)
+    path = tmp_path / f"img_{mode.replace(';', '')}.png"
+    im.save(path)
+    code, _, err = spc("run", small_plan, path, "-o", tmp_path / "o.npz")
+    assert code == 0, err
+    assert int(np.load(tmp_path / "o.npz")["mask"].sum()) > 5
