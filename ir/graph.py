@@ -149,17 +149,23 @@ class Graph:
 
     def make_node(self, op: OpDef, inputs: Iterable[Value | None], attrs: dict[str, Attr] | None = None,
                   out_types: list[TensorType] | None = None, name: str | None = None,
-                  out_names: list[str] | None = None, before: Node | None = None) -> Node:
+                  out_names: list[str] | None = None, before: Node | None = None,
+                  take_name: bool = False) -> Node:
         """Create a node, infer its output types unless given, and insert it.
 
         Inserted before ``before`` if given, else at the end; callers that insert out of
-        order call :meth:`toposort` afterwards.
+        order call :meth:`toposort` afterwards. With ``take_name``, a node that already holds
+        ``name`` (the one this node is about to replace) gives it up.
         """
         inputs = list(inputs)
         attrs = dict(attrs or {})
         if out_types is None:
             out_types = op.infer_types(inputs, attrs)
         base = name or op.short_name.lower()
+        if take_name and base in self._node_names:
+            holder = next(n for n in self.nodes if n.name == base)
+            self._node_names.discard(base)
+            holder.name = self._fresh_node_name(base + "_replaced")
         node = Node(op, self._fresh_node_name(base), inputs, [], attrs)
         names = out_names or [base if len(out_types) == 1 else f"{base}_out{i}" for i in range(len(out_types))]
         node.outputs = [Value(self.fresh_name(n), t, node) for n, t in zip(names, out_types)]

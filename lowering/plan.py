@@ -66,6 +66,9 @@ def atomic_write(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a plan is an ordinary file
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -82,7 +85,8 @@ def write_plan(path: Path, program: Program, weights: dict[str, np.ndarray], ir_
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in [("manifest.json", _json_bytes(full)), *members.items()]:
             info = zipfile.ZipInfo(name, date_time=_EPOCH)
-            info.compress_type = zipfile.ZIP_DEFLATED
+            # float weights barely compress; deflating them would cost more time than bytes
+            info.compress_type = zipfile.ZIP_STORED if name.endswith(".safetensors") else zipfile.ZIP_DEFLATED
             info.external_attr = 0o644 << 16
             zf.writestr(info, data)
     atomic_write(path, buf.getvalue())

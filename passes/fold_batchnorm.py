@@ -36,7 +36,7 @@ def _fold(g: Graph, m: Match):
     new_w = g.add_const(w.name + "_bn", w2, weight_ref=(w.weight_ref or w.name) + "_bn")
     new_b = g.add_const(bn.name + "_bias", b2)
     return g.make_node(ops.get("onnx.Conv"), [conv.inputs[0], new_w, new_b], dict(conv.attrs),
-                       name=conv.name, before=bn).output
+                       name=conv.name, take_name=True, before=bn).output
 
 
 RULES = [Rule("conv-batchnorm",

@@ -33,7 +33,7 @@ def _fused(g: Graph, conv: Node, activation: str, before: Node):
     if conv.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or conv.inputs[0].type.rank != 4:
         return None
     return g.make_node(ops.get("spc.Conv2d"), list(conv.inputs), _conv_attrs(conv, activation),
-                       name=conv.name, before=before).output
+                       name=conv.name, take_name=True, before=before).output
 
 
 def _relu_follows(g: Graph, conv: Node) -> bool:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from spc.ir.graph import Graph
+from spc.ir.ops.infer import axes_from, norm_axis
 from spc.ir.ops.spc_ops import l2_normalize
 from spc.passes.manager import Pass, PassContext, PassResult
 from spc.passes.semantic_match import Region, evaluate, find_exit, fuse_region, grow_region
@@ -40,6 +41,16 @@ def region_eps(region: Region) -> float:
                 if v is not None and v.is_const and v.type.numel == 1:
                     return float(np.asarray(v.data).reshape(-1)[0])
     return DEFAULT_EPS
+
+
+def reduced_axes(region: Region, rank: int) -> list[int]:
+    """The axes the region reduces over first (the likely norm axis), then the others."""
+    first = []
+    for n in region.nodes:
+        if n.op.name.startswith("onnx.Reduce"):
+            axes = axes_from(n.inputs, n.attrs, 1) or []
+            first += [norm_axis(a, rank) for a in axes if norm_axis(a, rank) not in first]
+    return first + [a for a in range(rank) if a not in first]
 
 
 class FuseL2Norm(Pass):
@@ -62,7 +73,7 @@ class FuseL2Norm(Pass):
                       (rng.normal(size=shape) * eps * 1e-2).astype(np.float32)]
             envs = [evaluate(region, p) for p in probes]
             match = None
-            for axis in range(entry.type.rank):
+            for axis in reduced_axes(region, entry.type.rank):
                 wants = [l2_normalize(p, axis, eps) for p in probes]
                 match = find_exit(g, region, envs, wants, last=False, rtol=1e-5, atol=1e-6)
                 if match is not None and match[0].type.shape == entry.type.shape:

@@ -99,7 +99,11 @@ class Rule:
 
 
 def apply_rules(g: Graph, rules: Sequence[Rule], max_rounds: int = 50) -> dict[str, Any]:
-    """Apply rules until none fires; returns {rule name: count} (rules that fired only)."""
+    """Apply rules until none fires; returns {rule name: count} (rules that fired only).
+
+    A value created by a rewrite takes the name of the value it replaces, and its node the name
+    of the node it replaces, so names keep pointing back to the source model.
+    """
     counts: dict[str, int] = {}
     for _ in range(max_rounds):
         fired = False
@@ -110,20 +114,31 @@ def apply_rules(g: Graph, rules: Sequence[Rule], max_rounds: int = 50) -> dict[s
                 m = match(rule.pattern, node.output, g)
                 if m is None or rule.check(g, m) is not None:
                     continue
+                before = {id(n) for n in g.nodes}
                 new = rule.rewrite(g, m)
                 if new is None:
                     continue
-                g.replace_all_uses(node.output, new)
+                _replace(g, node, new, created=new.producer is not None and id(new.producer) not in before)
                 counts[rule.name] = counts.get(rule.name, 0) + 1
                 fired = True
                 break
         if not fired:
             break
         g.toposort()
-        remove_dead(g)
     else:
         raise RuntimeError(f"rules did not reach a fixed point in {max_rounds} rounds: {counts}")
     return counts
+
+
+def _replace(g: Graph, root: Node, new: Value, created: bool) -> None:
+    value_name = root.output.name
+    g.replace_all_uses(root.output, new)
+    if root.output.uses or root.output in g.outputs:
+        return
+    g.remove_node(root)
+    remove_dead(g)
+    if created and new.producer is not None and new not in g.outputs:
+        g.rename(new, value_name)
 
 
 def remove_dead(g: Graph) -> int:

@@ -119,8 +119,9 @@ def find_exit(g: Graph, region: Region, envs: list[dict[int, np.ndarray]], wants
             if got is None or got.size != want.size:
                 ok = False
                 break
-            if not np.allclose(got.reshape(want.shape).astype(np.float64), want.astype(np.float64),
-                               rtol=rtol, atol=atol):
+            got = got.reshape(want.shape)
+            exact = rtol == 0 and atol == 0
+            if not (np.array_equal(got, want) if exact else np.allclose(got, want, rtol=rtol, atol=atol)):
                 ok = False
                 break
         if not ok:

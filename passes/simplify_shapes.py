@@ -48,7 +48,7 @@ def _merge_reshapes(g: Graph, m: Match):
     if not outer.output.type.is_static:
         return None
     shape = g.add_const(outer.name + "_shape", np.asarray(outer.output.type.static_shape, np.int64))
-    return g.make_node(ops.get("onnx.Reshape"), [inner.inputs[0], shape], {}, name=outer.name,
+    return g.make_node(ops.get("onnx.Reshape"), [inner.inputs[0], shape], {}, name=outer.name, take_name=True,
                        before=outer).output
 
 
@@ -58,7 +58,7 @@ def _merge_transposes(g: Graph, m: Match):
     if p1 is None or p2 is None:
         return None
     perm = [int(p1[i]) for i in p2]
-    return g.make_node(ops.get("onnx.Transpose"), [inner.inputs[0]], {"perm": perm}, name=outer.name,
+    return g.make_node(ops.get("onnx.Transpose"), [inner.inputs[0]], {"perm": perm}, name=outer.name, take_name=True,
                        before=outer).output
 
 
@@ -75,7 +75,7 @@ def _gather_to_slice(g: Graph, m: Match):
     i = i + x.type.static_shape[axis] if i < 0 else i
     consts = [g.add_const(f"{gather.name}_{k}", np.asarray([v], np.int64))
               for k, v in (("start", i), ("end", i + 1), ("axis", axis))]
-    return g.make_node(ops.get("onnx.Slice"), [x, *consts], {}, name=gather.name, before=unsq).output
+    return g.make_node(ops.get("onnx.Slice"), [x, *consts], {}, name=gather.name, take_name=True, before=unsq).output
 
 
 SQ, UNSQ = "onnx.Squeeze", "onnx.Unsqueeze"

@@ -40,7 +40,9 @@ def prepare_weight(name: str, array: np.ndarray, dtype: str) -> torch.Tensor:
     if dtype not in ("bfloat16", "float32"):
         raise ValueError(f"weights dtype {dtype} is not emulated yet")
     t = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
-    return bf16(t) if dtype == "bfloat16" else t
+    t = bf16(t) if dtype == "bfloat16" else t
+    # NHWC activations are channels_last tensors; matching weights keep torch off the slow path
+    return t.to(memory_format=torch.channels_last) if t.ndim == 4 else t
 
 
 def _nchw(x: torch.Tensor, n: int, h: int, w: int) -> torch.Tensor:
@@ -49,7 +51,7 @@ def _nchw(x: torch.Tensor, n: int, h: int, w: int) -> torch.Tensor:
 
 def _flat(y: torch.Tensor) -> torch.Tensor:
     n, c, h, w = y.shape
-    return y.permute(0, 2, 3, 1).reshape(1, 1, n * h * w, c)
+    return y.permute(0, 2, 3, 1).contiguous().reshape(1, 1, n * h * w, c)
 
 
 @emulates("ttnn.conv2d")
@@ -69,8 +71,12 @@ def conv2d(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[st
 @emulates("ttnn.max_pool2d")
 def max_pool2d(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
     x = _nchw(ins[0], a["batch_size"], a["input_h"], a["input_w"])
-    y = F.max_pool2d(x, tuple(a["kernel_size"]), tuple(a["stride"]), tuple(a["padding"]),
-                     tuple(a["dilation"]), ceil_mode=a["ceil_mode"])
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = a["kernel_size"], a["stride"], a["padding"], a["dilation"]
+    if (sh, sw, dh, dw) == (1, 1, 1, 1) and not a["ceil_mode"]:
+        # a window max is separable: rows then columns gives the same values in O(k), not O(k²)
+        y = F.max_pool2d(F.max_pool2d(x, (1, kw), 1, (0, pw)), (kh, 1), 1, (ph, 0))
+    else:
+        y = F.max_pool2d(x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), ceil_mode=a["ceil_mode"])
     return _flat(y)
 
 
@@ -102,14 +108,19 @@ def permute(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[s
 
 
 def _elementwise(name: str, fn: Callable[..., torch.Tensor]) -> None:
-    EMULATIONS[name] = lambda ins, weights, a: bf16(fn(*ins).to(torch.float32))
+    EMULATIONS[name] = lambda ins, weights, a: bf16(fn(*ins))
 
 
-_elementwise("ttnn.eq", lambda x, y: x == y)
-_elementwise("ttnn.gtz", lambda x: x > 0)
-_elementwise("ttnn.logical_not", lambda x: x == 0)
-_elementwise("ttnn.logical_and", lambda x, y: (x != 0) & (y != 0))
-_elementwise("ttnn.logical_or", lambda x, y: (x != 0) | (y != 0))
+def _predicate(name: str, fn: Callable[..., torch.Tensor]) -> None:
+    # 0/1 results are exact in bf16: no rounding needed
+    EMULATIONS[name] = lambda ins, weights, a: fn(*ins).to(torch.float32)
+
+
+_predicate("ttnn.eq", lambda x, y: x == y)
+_predicate("ttnn.gtz", lambda x: x > 0)
+_predicate("ttnn.logical_not", lambda x: x == 0)
+_predicate("ttnn.logical_and", lambda x, y: (x != 0) & (y != 0))
+_predicate("ttnn.logical_or", lambda x, y: (x != 0) | (y != 0))
 _elementwise("ttnn.multiply", torch.mul)
 _elementwise("ttnn.rsqrt", torch.rsqrt)
 

@@ -100,10 +100,16 @@ def max_pool_nchw(x: np.ndarray, kernel, strides, pads, dil=(1, 1), ceil: bool =
                 constant_values=fill)
 
     def along(a: np.ndarray, axis: int, span: int, stride: int, d: int, n: int) -> np.ndarray:
-        win = sliding_window_view(a, span, axis=axis)[..., ::d]
-        sel = [slice(None)] * a.ndim
-        sel[axis] = slice(0, n * stride, stride)
-        return win[tuple(sel)].max(axis=-1)
+        # a running maximum over the window's taps: contiguous work, no strided reductions
+        def tap(k: int) -> np.ndarray:
+            sel = [slice(None)] * a.ndim
+            sel[axis] = slice(k * d, k * d + (n - 1) * stride + 1, stride)
+            return a[tuple(sel)]
+
+        out = tap(0).copy()
+        for k in range(1, (span - 1) // d + 1):
+            np.maximum(out, tap(k), out=out)
+        return out
 
     y = along(xp, x.ndim - 1, ew, strides[1], dil[1], ow)
     return along(y, x.ndim - 2, eh, strides[0], dil[0], oh)

@@ -14,7 +14,7 @@ import numpy as np
 from spc.ir.graph import Value
 from spc.ir.ops import register
 from spc.ir.ops.infer import same_type
-from spc.ir.ops.onnx_nn import conv2d_nchw, depth_to_space, softmax
+from spc.ir.ops.onnx_nn import conv2d_nchw, depth_to_space, max_pool_nchw, softmax
 from spc.ir.types import TensorType
 
 A = list[Any]
@@ -62,18 +62,9 @@ def _score_fold(ins: A, attrs: D) -> list[np.ndarray]:
 
 
 def window_max(x: np.ndarray, radius: int) -> np.ndarray:
-    """Max over a (2r+1)^2 window, stride 1, -inf padding, on the last two axes (separable)."""
-    out = x
-    for axis in (-1, -2):
-        pad = [(0, 0)] * x.ndim
-        pad[axis] = (radius, radius)
-        padded = np.pad(out, pad, constant_values=-np.inf)
-        n = out.shape[axis]
-        acc = np.take(padded, np.arange(0, n), axis=axis)
-        for k in range(1, 2 * radius + 1):
-            acc = np.maximum(acc, np.take(padded, np.arange(k, k + n), axis=axis))
-        out = acc
-    return out.astype(x.dtype)
+    """Max over a (2r+1)^2 window, stride 1, -inf padding, on the last two axes."""
+    k = 2 * radius + 1
+    return max_pool_nchw(x, (k, k), (1, 1), (radius,) * 4)
 
 
 def nms(scores: np.ndarray, radius: int, iterations: int) -> np.ndarray:
