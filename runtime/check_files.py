@@ -36,4 +36,7 @@ def print_reports(reports: list[ImageReport]) -> None:
         table.add_row(r.input, f"{r.score_pcc:.5f}", f"{r.descriptor_pcc:.5f}", f"{r.precision:.4f}",
                       f"{r.recall:.4f}", f"{r.f1:.4f}", f"{r.descriptor_cosine:.5f}",
                       f"{r.keypoints}/{r.ref_keypoints}")
-    Console().print(table)
+    # rich assumes 80 columns off a terminal, which would truncate the input names
+    console = Console()
+    console.width = max(console.width, 112)
+    console.print(table)
