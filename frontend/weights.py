@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from spc.errors import SpcError
+from spc.files import atomic_write
 
 if TYPE_CHECKING:
     import torch
@@ -100,11 +101,9 @@ def _torch_load_bytes(raw: bytes) -> dict[str, np.ndarray]:
 
 
 def _save_safetensors_atomic(arrays: dict[str, np.ndarray], target: Path, meta: dict[str, str]) -> None:
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
-    tmp = target.with_suffix(target.suffix + ".part")
-    save_file({k: np.array(v, order="C") for k, v in sorted(arrays.items())}, str(tmp), metadata=meta)
-    os.replace(tmp, target)
+    atomic_write(target, save({k: np.array(v, order="C") for k, v in sorted(arrays.items())}, metadata=meta))
 
 
 def _bn_affine(state: dict[str, np.ndarray], prefix: str) -> tuple[np.ndarray, np.ndarray]:
@@ -205,6 +204,10 @@ def build_model(weights: str | None, keypoint_threshold: float | None = None,
         model = SuperPointForKeypointDetection.from_pretrained(weights, local_files_only=True, **overrides)
         return model.eval()
     if weights and not Path(weights).exists() and "/" in weights and not weights.startswith((".", "/")):
+        import logging
+
+        # its retry warnings would bury the one line that says what happened
+        logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
         try:
             return SuperPointForKeypointDetection.from_pretrained(weights, **overrides).eval()
         except OSError as exc:

@@ -17,8 +17,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,7 @@ import numpy as np
 
 from spc import __version__
 from spc.errors import SpcError
+from spc.files import atomic_write
 from spc.lowering.program import Program
 
 FORMAT = "spc.ttplan"
@@ -57,22 +56,6 @@ def _weights_bytes(weights: dict[str, np.ndarray]) -> bytes:
 
     arrays = {k: np.array(v, order="C", copy=True) for k, v in sorted(weights.items())}  # keeps 0-d
     return save(arrays, metadata={"format": FORMAT})
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temporary file in the same folder, so no half-written file is ever seen."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name, suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a plan is an ordinary file
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def write_plan(path: Path, program: Program, weights: dict[str, np.ndarray], ir_text: str,

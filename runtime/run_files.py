@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from spc.errors import SpcError
-from spc.lowering.plan import Plan, atomic_write
+from spc.files import atomic_write
+from spc.lowering.plan import Plan
 from spc.runtime.inputs import load_input
 from spc.runtime.runner import Runner
 
@@ -18,8 +19,8 @@ def output_paths(files: list[Path], output: Path | None, suffix: str) -> list[Pa
     if len(files) == 1 and (output is None or output.suffix):
         return [output or files[0].with_suffix(suffix)]
     folder = output or Path(".")
-    if folder.exists() and not folder.is_dir():
-        raise SpcError(f"{folder}: several inputs need a folder for -o/--viz")
+    if (folder.exists() and not folder.is_dir()) or folder.suffix == suffix:
+        raise SpcError(f"{folder}: {len(files)} inputs need a folder for -o/--viz, not a {suffix} file")
     return [folder / (f.stem + suffix) for f in files]
 
 

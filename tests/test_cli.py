@@ -79,6 +79,12 @@ def test_run_several_inputs_into_a_folder(small_plan: Path, tmp_path: Path, imag
     assert sorted(p.name for p in folder.iterdir()) == ["astronaut.npz", "camera.npz", "coffee.npz", "frame.npz"]
 
 
+def test_several_inputs_need_a_folder(small_plan: Path, tmp_path: Path, images: dict[str, Path]) -> None:
+    code, _, err = spc("run", small_plan, images["camera"], images["coffee"], "-o", tmp_path / "one.npz")
+    assert_one_line_error(code, err, contains="need a folder")
+    assert not (tmp_path / "one.npz").exists()
+
+
 def test_compile_is_deterministic_and_dumps_every_pass(small_onnx: Path, small_plan: Path, tmp_path: Path) -> None:
     again = tmp_path / "again.ttplan"
     dumps = tmp_path / "dumps"

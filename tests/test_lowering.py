@@ -96,6 +96,35 @@ def test_l2norm() -> None:
     np.testing.assert_allclose(got, want, rtol=2**-6, atol=1e-6)
 
 
+def test_device_view_keeps_element_order() -> None:
+    x = bf16_exact(RNG.random((1, 65, 2, 3)))
+    got, want, calls = run_lowered("""graph @t(%x: f32[1,65,2,3]) {
+  %shape: i64[4] = const dense<[1, 1, 16, 24]>
+  %s: f32[1,16,24] = spc.ScoreFold(%x) {cell = 8, out_shape = [1, 16, 24]} #fold
+  %v: f32[1,1,16,24] = onnx.Reshape(%s, %shape) #view
+  %n: f32[1,1,16,24] = spc.Nms(%v) {iterations = 1, radius = 2} #nms
+  return %n
+}
+""", x)
+    assert calls[6] == "ttnn.reshape" and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=2**-8, atol=1e-7)
+
+
+def test_device_reshape_that_reorders_is_refused() -> None:
+    """(1,4,1,1) -> (1,2,2,1) moves channels into space: not a free view in [N*H*W, C]."""
+    from spc.errors import SpcError
+
+    with pytest.raises(SpcError, match="changes the device element order"):
+        run_lowered("""graph @t(%x: f32[1,4,2,3]) {
+  %shape: i64[4] = const dense<[1, 2, 2, 1]>
+  %p: f32[1,4,1,1] = onnx.MaxPool(%x) {kernel_shape = [2, 3], pads = [0, 0, 0, 0], strides = [2, 3]} #pool
+  %r: f32[1,2,2,1] = onnx.Reshape(%p, %shape) #view
+  %q: f32[1,2,1,1] = onnx.MaxPool(%r) {kernel_shape = [2, 1], pads = [0, 0, 0, 0], strides = [2, 1]} #pool2
+  return %q
+}
+""", bf16_exact(RNG.random((1, 4, 2, 3))))
+
+
 def test_every_lowered_call_is_emulated() -> None:
     """The emu backend knows every ttnn call the lowering can emit (checked on the real plan in e2e)."""
     emitted = {"ttnn.conv2d", "ttnn.max_pool2d", "ttnn.softmax", "ttnn.slice", "ttnn.to_layout", "ttnn.reshape",
