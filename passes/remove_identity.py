@@ -11,7 +11,8 @@ After::
 
 Covers Identity, inference-mode Dropout, and ops that are no-ops for their static types:
 Reshape/Expand to the same shape, Cast to the same type, Transpose by the identity permutation,
-and a Slice that keeps every element.
+a Slice that keeps every element, and a Split, Concat or Tile with one part (the legacy
+exporter's spelling of the HF model's per-image loop at batch 1).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from spc.passes.manager import Pass, PassContext, PassResult
 from spc.passes.rewrite import remove_dead
 
 _SHAPE_PRESERVING = ("onnx.Reshape", "onnx.Expand", "onnx.Cast", "onnx.Squeeze", "onnx.Unsqueeze",
-                     "onnx.Flatten", "onnx.Slice")
+                     "onnx.Flatten", "onnx.Slice", "onnx.Split", "onnx.Concat", "onnx.Tile")
 
 
 def identity_source(n: Node) -> Value | None:
@@ -35,6 +36,8 @@ def identity_source(n: Node) -> Value | None:
     if n.op.name == "onnx.Transpose":
         perm = n.attrs.get("perm")
         return x if perm is not None and list(perm) == list(range(len(perm))) else None
+    if n.op.name == "onnx.Concat" and len([v for v in n.inputs if v is not None]) != 1:
+        return None
     if n.op.name in _SHAPE_PRESERVING and x.type == out.type and x.type.is_static:
         return x
     return None

@@ -12,7 +12,8 @@ After (with remove-identity dropping the full Slice)::
 
 Rules: Unsqueeze∘Squeeze and Squeeze∘Unsqueeze on the same axes cancel; Reshape∘Reshape is
 one Reshape; Transpose∘Transpose is one Transpose; Unsqueeze(Gather(x, i, axis=a), a) is a
-Slice of x (a channel pick that the device reads as a narrower tensor).
+Slice of x (a channel pick that the device reads as a narrower tensor); Gather(x, 0, axis=a) on
+a size-1 axis is Squeeze(x, a) (the legacy exporter's spelling), so later passes see one form.
 """
 
 from __future__ import annotations
@@ -78,6 +79,21 @@ def _gather_to_slice(g: Graph, m: Match):
     return g.make_node(ops.get("onnx.Slice"), [x, *consts], {}, name=gather.name, take_name=True, before=unsq).output
 
 
+def _unit_gather_to_squeeze(g: Graph, m: Match):
+    """Gather(x, 0, axis=a) on a size-1 axis drops that axis: the canonical spelling is Squeeze."""
+    gather = m.node("gather")
+    x, idx = gather.inputs[0], gather.inputs[1]
+    assert x is not None and idx is not None
+    if idx.type.rank != 0 or not x.type.is_static:
+        return None
+    axis = norm_axis(gather.attrs.get("axis", 0), x.type.rank)
+    if x.type.static_shape[axis] != 1 or int(idx.data) not in (0, -1):
+        return None
+    axes = g.add_const(f"{gather.name}_axes", np.asarray([axis], np.int64))
+    return g.make_node(ops.get("onnx.Squeeze"), [x, axes], {}, name=gather.name, take_name=True,
+                       before=gather).output
+
+
 SQ, UNSQ = "onnx.Squeeze", "onnx.Unsqueeze"
 RULES = [
     Rule("unsqueeze-squeeze", P(UNSQ, P(SQ, name="inner", single_use=True), name="outer"), _cancel_squeeze_unsqueeze),
@@ -88,6 +104,7 @@ RULES = [
                                   name="outer"), _merge_transposes),
     Rule("gather-to-slice", P(UNSQ, P("onnx.Gather", ANY, P(const=True), name="gather", single_use=True),
                               name="unsq"), _gather_to_slice),
+    Rule("unit-gather-to-squeeze", P("onnx.Gather", ANY, P(const=True), name="gather"), _unit_gather_to_squeeze),
 ]
 
 

@@ -132,6 +132,63 @@ def test_superpoint_family_spelling_compiles_and_matches_onnxruntime(tmp_path: P
     assert np.corrcoef(ours["scores"].ravel(), ref[0].ravel())[0, 1] > 0.99
 
 
+def _simple_nms_4d(scores, nms_radius: int):
+    """HF simple_nms with its pools on a 4-D view: the HF model pools a 3-D tensor, which the
+    legacy exporter writes as an invalid 2-D MaxPool on rank 3 (onnxruntime rejects it)."""
+    import torch
+
+    def max_pool(x):
+        k = nms_radius * 2 + 1
+        return torch.nn.functional.max_pool2d(x[:, None], kernel_size=k, stride=1, padding=nms_radius)[:, 0]
+
+    zeros = torch.zeros_like(scores)
+    max_mask = scores == max_pool(scores)
+    for _ in range(2):
+        supp_mask = max_pool(max_mask.float()) > 0
+        supp_scores = torch.where(supp_mask, zeros, scores)
+        new_max_mask = supp_scores == max_pool(supp_scores)
+        max_mask = max_mask | (new_max_mask & (~supp_mask))
+    return torch.where(max_mask, scores, zeros)
+
+
+def test_legacy_exporter_spelling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, images: dict[str, Path]) -> None:
+    """torch.onnx's legacy (TorchScript) exporter: Constant nodes, Shape/Gather/Concat chains,
+    ConstantOfShape, Range, ScatterND, Split, Flatten, Gather for squeezes."""
+    import warnings
+
+    import torch
+    import transformers.models.superpoint.modeling_superpoint as hf
+
+    from spc.frontend.export import _tuple_outputs
+    from spc.frontend.weights import build_model
+    from spc.runtime.check import OrtReference, compare
+    from spc.runtime.inputs import load_input
+
+    monkeypatch.setattr(hf, "simple_nms", _simple_nms_4d)
+    src = tmp_path / "legacy.onnx"
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_tuple_outputs(build_model(None)), (torch.rand(1, 3, 120, 160),), str(src), dynamo=False,
+                          opset_version=17, input_names=["pixel_values"],
+                          output_names=["keypoints", "scores", "descriptors", "mask"])
+    ops_in = {n.op_type for n in onnx.load(str(src)).graph.node}
+    assert {"Constant", "ConstantOfShape", "Range", "ScatterND", "Split", "Flatten"} <= ops_in
+    plan_path = tmp_path / "legacy.ttplan"
+    result = compile_onnx(src, plan_path)
+    device = [n.op.name for n in result.graph.nodes if n.placement.value == "device"]
+    assert sorted(set(device)) == ["onnx.MaxPool", "onnx.Reshape", "spc.Conv2d", "spc.L2Norm", "spc.Nms",
+                                   "spc.ScoreFold"]
+    assert "iterations = 2" in str(result.graph)
+    plan = read_plan(plan_path)
+    ref = OrtReference(src, [t.name for t in plan.program.probes.values()])
+    assert len(ref.extra) == 3  # the fused ops kept the legacy names, so ORT can be asked for them
+    x = load_input(images["astronaut"], [1, 3, 120, 160])
+    with Runner(plan) as runner:
+        report = compare("astronaut", runner.run(x, dense=True), ref.run(x),
+                         {role: t.name for role, t in plan.program.probes.items()}, 160, 120)
+    assert report.score_pcc > 0.995 and report.descriptor_pcc > 0.995 and report.f1 > 0.95
+
+
 def test_weights_layouts() -> None:
     ml = {"conv1a.weight": np.zeros((64, 1, 3, 3)), "convDb.bias": np.zeros(256)}
     assert set(to_hf_layout(ml, "x")) == {"encoder.conv_blocks.0.conv_a.weight", "descriptor_decoder.conv_descriptor_b.bias"}

@@ -192,7 +192,7 @@ def _flatten_infer(ins: list[Value | None], attrs: D) -> list[TensorType] | None
     t = ins[0].type
     if not t.is_static:
         return None
-    axis = norm_axis(attrs.get("axis", 1), t.rank) if t.rank else 0
+    axis = _flatten_axis(attrs.get("axis", 1), t.rank)
     s = t.static_shape
     return [t.with_shape((int(np.prod(s[:axis])), int(np.prod(s[axis:]))))]
 
@@ -200,8 +200,15 @@ def _flatten_infer(ins: list[Value | None], attrs: D) -> list[TensorType] | None
 @register("onnx.Flatten", _flatten_infer, arity=(1, 1))
 def _flatten(ins: A, attrs: D) -> list[np.ndarray]:
     x = _arr(ins[0])
-    axis = norm_axis(attrs.get("axis", 1), x.ndim)
-    return [x.reshape(int(np.prod(x.shape[:axis])), -1)]
+    axis = _flatten_axis(attrs.get("axis", 1), x.ndim)
+    return [x.reshape(int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])))]
+
+
+def _flatten_axis(axis: int, rank: int) -> int:
+    """Flatten's axis may equal the rank (everything goes to the first dimension)."""
+    if not -rank <= axis <= rank:
+        raise ValueError(f"Flatten axis {axis} out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
 
 
 def _squeeze_infer(ins: list[Value | None], attrs: D) -> list[TensorType] | None:

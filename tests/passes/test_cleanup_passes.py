@@ -90,6 +90,22 @@ def test_simplify_shapes_leaves_different_axes() -> None:
     assert not SimplifyShapes().run(g, PassContext()).modified
 
 
+def test_unit_gather_becomes_squeeze() -> None:
+    g = ir("""graph @t(%x: f32[1,1,4,5]) {
+  %zero: i64[] = const dense<0>
+  %two: i64[] = const dense<2>
+  %a: f32[1,4,5] = onnx.Gather(%x, %zero) {axis = 1} #a
+  %b: f32[1,5] = onnx.Gather(%a, %two) {axis = 1} #b
+  return %b
+}
+""")
+    x = np.random.default_rng(1).normal(size=(1, 1, 4, 5)).astype(np.float32)
+    before = evaluate_graph(g, {"x": x})[0]
+    assert SimplifyShapes().run(g, PassContext()).stats == {"unit-gather-to-squeeze": 1}
+    assert ops_of(g) == ["onnx.Squeeze", "onnx.Gather"]  # index 2 of a size-4 axis stays a Gather
+    assert np.array_equal(evaluate_graph(g, {"x": x})[0], before)
+
+
 def test_remove_identity() -> None:
     g = ir("""graph @t(%x: f32[2,3]) {
   %shape: i64[2] = const dense<[2, 3]>
@@ -98,12 +114,14 @@ def test_remove_identity() -> None:
   %b: f32[2,3] = onnx.Dropout(%a) #b
   %c: f32[2,3] = onnx.Reshape(%b, %shape) #c
   %d: f32[2,3] = onnx.Transpose(%c) {perm = [0, 1]} #d
-  %e: f32[3,2] = onnx.Reshape(%d, %other) #e
+  %parts: i64[1] = const dense<[2]>
+  %f: f32[2,3] = onnx.Split(%d, %parts) {axis = 0} #f
+  %e: f32[3,2] = onnx.Reshape(%f, %other) #e
   return %e
 }
 """)
     result = RemoveIdentity().run(g, PassContext())
-    assert result.stats["removed"] == 4
+    assert result.stats["removed"] == 5
     assert ops_of(g) == ["onnx.Reshape"] and g.nodes[0].inputs[0] is g.inputs[0]
 
 
