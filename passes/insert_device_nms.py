@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from spc.ir import ops
 from spc.ir.graph import Graph, Node, Value
 from spc.ir.ops.spc_ops import nms
 from spc.passes.manager import Pass, PassContext, PassResult
@@ -100,7 +99,9 @@ class InsertDeviceNms(Pass):
             envs = [evaluate(region, p) for p in probes]
             match = None
             for rounds in range(MAX_ROUNDS + 1):
-                match = find_exit(g, region, envs, [nms(p, radius, rounds) for p in probes], last=True)
+                # the fused op keeps its input's shape; views after it stay outside
+                match = find_exit(g, region, envs, [nms(p, radius, rounds) for p in probes], last=True,
+                                  accept=lambda v, shape=entry.type.shape: v.type.shape == shape)
                 if match is not None:
                     break
             if match is None:
@@ -110,13 +111,7 @@ class InsertDeviceNms(Pass):
             if rounds_used != rounds:
                 ctx.note(f"insert-device-nms: single-pass NMS replaces the source's {rounds} suppression "
                          "round(s); results differ on ties and near-peaks: measure with `spc check`")
-            # the fused op reads the map in the exit's shape; a view adapts the entry if needed
-            src = entry
-            if entry.type.shape != exit.type.shape:
-                shape = g.add_const(entry.name + "_nms_shape", np.asarray(exit.type.static_shape, np.int64))
-                src = g.make_node(ops.get("onnx.Reshape"), [entry, shape], {}, name="nms_view",
-                                  before=nodes[0]).output
-            fuse_region(g, nodes, exit, "spc.Nms", [src], {"radius": radius, "iterations": rounds_used}, "nms")
+            fuse_region(g, nodes, exit, "spc.Nms", [entry], {"radius": radius, "iterations": rounds_used}, "nms")
             fused += 1
             found_rounds.append(rounds)
         return PassResult(fused > 0, {"fused": fused, "source_rounds": found_rounds})

@@ -17,6 +17,7 @@ near-misses, and each pass's unit tests include such near-misses as negative cas
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,13 +104,14 @@ def closed_prefix(region: Region, exit: Value, g: Graph) -> list[Node] | None:
 
 
 def find_exit(g: Graph, region: Region, envs: list[dict[int, np.ndarray]], wants: list[np.ndarray],
-              last: bool, rtol: float = 0.0, atol: float = 0.0) -> tuple[Value, list[Node]] | None:
+              last: bool, rtol: float = 0.0, atol: float = 0.0,
+              accept: Callable[[Value], bool] = lambda v: True) -> tuple[Value, list[Node]] | None:
     """The first (or last) closed region value equal to ``wants[i]`` on probe ``i``, for all i.
 
     ``envs`` are the region's values on the probes (:func:`evaluate`). A candidate of another
-    shape but the same element order (a view) also matches: the fused op reshapes to it.
+    shape but the same element order (a view) also matches, unless ``accept`` rejects it.
     """
-    candidates = [v for v in region.values() if v.type.is_static]
+    candidates = [v for v in region.values() if v.type.is_static and accept(v)]
     if last:
         candidates.reverse()
     for cand in candidates:
