@@ -14,14 +14,13 @@ import numpy as np
 
 from spc.errors import SpcError
 from spc.ir.graph import Graph, Node, Placement, Value
+from spc.ir.precision import BlockPrecision
 from spc.lowering.layout import DeviceLayout
 from spc.lowering.program import DeviceTensor, HostNode, Program, TensorSpec, TtOp
 
-# Precision of every matmul-based op until per-block precision lands: bf16 storage,
-# fp32 accumulation; the emulator computes products exactly (HiFi4).
-CONV_CONFIG = {"weights_dtype": "bfloat16", "shard_layout": "HEIGHT_SHARDED", "output_layout": "TILE",
-               "deallocate_activation": False}
-COMPUTE_CONFIG = {"math_fidelity": "HiFi4", "fp32_dest_acc_en": True, "packer_l1_acc": False}
+# Memory configuration until the memory-planning pass chooses it per block.
+CONV_CONFIG = {"shard_layout": "HEIGHT_SHARDED", "output_layout": "TILE", "deallocate_activation": False}
+INPUT_DTYPE = "bfloat16"
 
 
 @dataclass
@@ -29,11 +28,15 @@ class Emitter:
     ops: list[TtOp] = field(default_factory=list)
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     layouts: dict[str, DeviceLayout] = field(default_factory=dict)
+    dtypes: dict[str, str] = field(default_factory=dict)
 
     def emit(self, op: str, inputs: list[str], output: str, out_layout: DeviceLayout, source: str,
-             weights: dict[str, str] | None = None, **args: Any) -> str:
-        self.ops.append(TtOp(op, inputs, output, args, weights or {}, source))
+             weights: dict[str, str] | None = None, store: str | None = None, **args: Any) -> str:
+        """Append a call; its result is stored as ``store``, by default as its first input is."""
+        store = store or (self.dtypes.get(inputs[0], INPUT_DTYPE) if inputs else INPUT_DTYPE)
+        self.ops.append(TtOp(op, inputs, output, args, weights or {}, source, store))
         self.layouts[output] = out_layout
+        self.dtypes[output] = store
         return output
 
     def weight(self, v: Value) -> str:
@@ -68,13 +71,17 @@ def _conv2d(em: Emitter, n: Node, ins: list[str]) -> str:
     weights = {"weight_tensor": em.weight(w)}
     if b is not None:
         weights["bias_tensor"] = em.weight(b)
-    conv_config = dict(CONV_CONFIG, activation="relu" if n.attrs["activation"] == "relu" else None)
+    p = BlockPrecision.from_attrs(n.attrs)
+    conv_config = dict(CONV_CONFIG, weights_dtype=p.weights_dtype,
+                       activation="relu" if n.attrs["activation"] == "relu" else None)
+    compute_config = {"math_fidelity": p.math_fidelity, "fp32_dest_acc_en": p.fp32_dest_acc_en,
+                      "packer_l1_acc": False}
     return em.emit("ttnn.conv2d", [ins[0]], n.output.name, _layout(n.output), n.name, weights,
-                   in_channels=src.c, out_channels=int(w.type.static_shape[0]), batch_size=src.n,
+                   store=p.output_dtype, in_channels=src.c, out_channels=int(w.type.static_shape[0]), batch_size=src.n,
                    input_height=src.h, input_width=src.w, kernel_size=list(n.attrs["kernel_shape"]),
                    stride=list(n.attrs["strides"]), padding=[pads[0], pads[2], pads[1], pads[3]],
-                   dilation=list(n.attrs["dilations"]), groups=int(n.attrs["group"]),
-                   conv_config=conv_config, compute_config=dict(COMPUTE_CONFIG))
+                   dilation=list(n.attrs["dilations"]), groups=int(n.attrs["group"]), dtype=p.output_dtype,
+                   conv_config=conv_config, compute_config=compute_config)
 
 
 @lowers("onnx.MaxPool")
@@ -213,7 +220,16 @@ def lower(g: Graph, probes: dict[str, str] | None = None) -> tuple[Program, dict
         if fn is None:
             raise SpcError(f"node {n.name} ({n.op.name}) is placed on the device but has no ttnn lowering; "
                            "report it with the dump from --dump-dir")
-        names[id(n.output)] = fn(em, n, ins)
+        out = fn(em, n, ins)
+        want = n.attrs.get("output_dtype")
+        if want and n.op.name != "spc.Conv2d" and em.dtypes[out] != want:
+            # the op computes in its input's format; the block asked to store the result otherwise.
+            # The last call emitted produced `out`: it gets another name, the cast takes `out`.
+            last = em.ops[-1]
+            last.output = out + "/computed"
+            em.layouts[last.output], em.dtypes[last.output] = em.layouts[out], em.dtypes[out]
+            em.emit("ttnn.typecast", [last.output], out, em.layouts[out], n.name, store=want, dtype=want)
+        names[id(n.output)] = out
     consts.update(em.weights)
     readers = [n for n in g.nodes if n.placement is Placement.HOST_POST]
     leaving = {id(v) for n in readers for v in n.inputs if v is not None} | {id(v) for v in g.outputs}

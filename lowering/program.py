@@ -39,7 +39,8 @@ class HostNode:
 @dataclass
 class TtOp:
     """One ttnn call. ``inputs`` are device tensor names; ``weights`` name plan tensors
-    (uploaded once); ``args`` are the call's keyword arguments."""
+    (uploaded once); ``args`` are the call's keyword arguments; ``dtype`` is the storage format
+    of the result (set by the call's dtype argument where ttnn has one, else by its inputs)."""
 
     op: str  # "ttnn.conv2d"
     inputs: list[str]
@@ -47,6 +48,7 @@ class TtOp:
     args: dict[str, Any] = field(default_factory=dict)
     weights: dict[str, str] = field(default_factory=dict)
     source: str = ""  # the IR node this call comes from
+    dtype: str = "bfloat16"  # how the output is stored on the device
 
 
 @dataclass

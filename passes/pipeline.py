@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from spc.passes.choose_precision import ChoosePrecision
 from spc.passes.eliminate_dead_code import EliminateDeadCode
 from spc.passes.fold_batchnorm import FoldBatchNorm
 from spc.passes.fold_constants import FoldConstants
@@ -27,6 +28,7 @@ def default_pipeline() -> list[Pass]:
         InsertDeviceNms(),
         FuseL2Norm(),
         PartitionHostDevice(),
+        ChoosePrecision(),
     ]
 
 

@@ -14,7 +14,8 @@ import torch
 
 from spc.errors import SpcError
 from spc.lowering.program import Program, TtOp
-from spc.runtime.emu_ops import EMULATIONS, bf16, prepare_weight
+from spc.runtime.emu_ops import DATA_MOVEMENT, EMULATIONS, prepare_weight
+from spc.runtime.numerics import round_storage
 
 
 @dataclass
@@ -34,13 +35,18 @@ class EmuProgram:
                 raise SpcError(f"the emu backend cannot run {op.op} (from {op.source})")
             dtype = op.args.get("conv_config", {}).get("weights_dtype", "bfloat16")
             try:
-                bound = {k: prepare_weight(name, weights[name], dtype) for k, name in op.weights.items()}
+                bound = {k: prepare_weight(weights[name], dtype) for k, name in op.weights.items()}
             except KeyError as exc:
                 raise SpcError(f"plan is missing weight {exc} for {op.source}") from None
-            self.calls.append(_Bound(op, lambda ins, e=emulation, w=bound, a=op.args: e(ins, w, a)))
+            if op.op in DATA_MOVEMENT:
+                fn = lambda ins, e=emulation, w=bound, a=op.args: e(ins, w, a)
+            else:
+                fn = lambda ins, e=emulation, w=bound, a=op.args, d=op.dtype: round_storage(e(ins, w, a), d)
+            self.calls.append(_Bound(op, fn))
 
     def run(self, inputs: dict[str, np.ndarray], read: list[str]) -> dict[str, np.ndarray]:
-        env = {k: bf16(torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32))) for k, v in inputs.items()}
+        env = {k: round_storage(torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)), "bfloat16")
+               for k, v in inputs.items()}
         for call in self.calls:
             env[call.op.output] = call.fn([env[i] for i in call.op.inputs])
         return {name: env[name].numpy() for name in read}

@@ -1,13 +1,11 @@
-"""ttnn calls emulated on the CPU with torch, with the device's storage numerics.
+"""ttnn calls emulated on the CPU with torch.
 
-Every device tensor is held as float32 whose values are exactly representable in bfloat16
-(round to nearest even after each op, as the device packs its outputs). Matmul-based ops
-(conv2d) multiply bf16 operands exactly and accumulate in fp32 (``fp32_dest_acc_en``); math
-fidelity and block-float formats are not modelled here yet (their own issue). Masks are bf16
-0/1 tensors, as ttnn's comparison ops return them.
-
-An emulation is ``fn(inputs, weights, args) -> tensor``; ``prepare`` functions convert a
-call's weights once, as ttnn prepares conv weights once before tracing.
+An emulation is ``fn(inputs, weights, args) -> tensor`` and returns the op's result before
+storage; the emu program then stores it in the call's ``dtype`` (runtime/numerics.py:
+round_storage), as the device packs outputs. conv2d models the matrix engine itself (fidelity
+phases, accumulation, packing between K blocks: numerics.conv2d_device). Masks are 0/1 tensors,
+as ttnn's comparison ops return them. Weights are converted once by ``prepare_weight``, as ttnn
+prepares conv weights once before tracing.
 """
 
 from __future__ import annotations
@@ -18,6 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from spc.runtime.numerics import conv2d_device, conv_weight_storage, round_storage
 
 Emulation = Callable[[list[torch.Tensor], dict[str, torch.Tensor], dict[str, Any]], torch.Tensor]
 EMULATIONS: dict[str, Emulation] = {}
@@ -31,18 +31,17 @@ def emulates(name: str) -> Callable[[Emulation], Emulation]:
     return wrap
 
 
-def bf16(t: torch.Tensor) -> torch.Tensor:
-    """Round to bfloat16 (nearest even) and hold as float32."""
-    return t.to(torch.bfloat16).to(torch.float32)
+# calls that only move data: their results are stored exactly as their inputs were
+DATA_MOVEMENT = {"ttnn.reshape", "ttnn.permute", "ttnn.slice", "ttnn.to_layout"}
 
 
-def prepare_weight(name: str, array: np.ndarray, dtype: str) -> torch.Tensor:
-    if dtype not in ("bfloat16", "float32"):
-        raise ValueError(f"weights dtype {dtype} is not emulated yet")
+def prepare_weight(array: np.ndarray, dtype: str) -> torch.Tensor:
+    """A conv weight [O, I, kh, kw] or bias [O] as the device stores it in ``dtype``."""
     t = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
-    t = bf16(t) if dtype == "bfloat16" else t
-    # NHWC activations are channels_last tensors; matching weights keep torch off the slow path
-    return t.to(memory_format=torch.channels_last) if t.ndim == 4 else t
+    if t.ndim == 4:
+        # NHWC activations are channels_last tensors; matching weights keep torch off the slow path
+        return conv_weight_storage(t, dtype).to(memory_format=torch.channels_last)
+    return round_storage(t, dtype)
 
 
 def _nchw(x: torch.Tensor, n: int, h: int, w: int) -> torch.Tensor:
@@ -58,14 +57,13 @@ def _flat(y: torch.Tensor) -> torch.Tensor:
 def conv2d(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
     x = _nchw(ins[0], a["batch_size"], a["input_height"], a["input_width"])
     top, bottom, left, right = a["padding"]
-    if (top, left) != (bottom, right):
-        x = F.pad(x, (left, right, top, bottom))
-        top = left = 0
-    y = F.conv2d(x, weights["weight_tensor"], weights.get("bias_tensor"), stride=tuple(a["stride"]),
-                 padding=(top, left), dilation=tuple(a["dilation"]), groups=a["groups"])
+    cc = a["compute_config"]
+    y = conv2d_device(x, weights["weight_tensor"], weights.get("bias_tensor"), tuple(a["stride"]),
+                      (left, right, top, bottom), tuple(a["dilation"]), a["groups"], cc["math_fidelity"],
+                      cc["fp32_dest_acc_en"], a["dtype"])
     if a["conv_config"].get("activation") == "relu":
         y = torch.relu(y)
-    return _flat(bf16(y))
+    return _flat(y)
 
 
 @emulates("ttnn.max_pool2d")
@@ -83,7 +81,7 @@ def max_pool2d(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dic
 @emulates("ttnn.softmax")
 def softmax(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
     # over the logical channels only: the tile padding never takes part
-    return bf16(torch.softmax(ins[0], dim=a["dim"]))
+    return torch.softmax(ins[0], dim=a["dim"])
 
 
 @emulates("ttnn.slice")
@@ -108,28 +106,26 @@ def permute(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[s
 
 
 def _elementwise(name: str, fn: Callable[..., torch.Tensor]) -> None:
-    EMULATIONS[name] = lambda ins, weights, a: bf16(fn(*ins))
-
-
-def _predicate(name: str, fn: Callable[..., torch.Tensor]) -> None:
-    # 0/1 results are exact in bf16: no rounding needed
     EMULATIONS[name] = lambda ins, weights, a: fn(*ins).to(torch.float32)
 
 
-_predicate("ttnn.eq", lambda x, y: x == y)
-_predicate("ttnn.gtz", lambda x: x > 0)
-_predicate("ttnn.logical_not", lambda x: x == 0)
-_predicate("ttnn.logical_and", lambda x, y: (x != 0) & (y != 0))
-_predicate("ttnn.logical_or", lambda x, y: (x != 0) | (y != 0))
+_elementwise("ttnn.typecast", lambda x: x)
+
+
+_elementwise("ttnn.eq", lambda x, y: x == y)
+_elementwise("ttnn.gtz", lambda x: x > 0)
+_elementwise("ttnn.logical_not", lambda x: x == 0)
+_elementwise("ttnn.logical_and", lambda x, y: (x != 0) & (y != 0))
+_elementwise("ttnn.logical_or", lambda x, y: (x != 0) | (y != 0))
 _elementwise("ttnn.multiply", torch.mul)
 _elementwise("ttnn.rsqrt", torch.rsqrt)
 
 
 @emulates("ttnn.sum")
 def sum_(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return bf16(ins[0].sum(dim=a["dim"], keepdim=a["keepdim"]))
+    return ins[0].sum(dim=a["dim"], keepdim=a["keepdim"])
 
 
 @emulates("ttnn.clamp")
 def clamp(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return bf16(torch.clamp(ins[0], min=a.get("min"), max=a.get("max")))
+    return torch.clamp(ins[0], min=a.get("min"), max=a.get("max"))

@@ -1,0 +1,126 @@
+"""Per-block precision: what each device op stores and how its matrix engine multiplies.
+
+A *block* is a device op named after its source: a convolution by its weight (without
+``.weight`` and the exporter's ``inner.`` prefix, e.g. ``encoder.conv_blocks.0.conv_a``), a
+fused op by its kind (``score_fold``, ``nms``, ``l2norm``), a pool by its node.
+
+Presets (``spc compile --precision``):
+
+==========  ===========  ========  ========  =======
+preset      weights      fidelity  fp32 acc  outputs
+==========  ===========  ========  ========  =======
+accurate    bfloat16     HiFi4     yes       bfloat16
+balanced    bfloat16     HiFi2     yes       bfloat16
+fast        bfloat8_b    LoFi      yes       bfloat16
+==========  ===========  ========  ========  =======
+
+A TOML file (``--precision-config``) overrides blocks by glob, in order::
+
+    preset = "balanced"
+    [blocks."encoder.conv_blocks.0.*"]
+    weights_dtype = "bfloat16"
+    math_fidelity = "HiFi4"
+    [blocks."keypoint_decoder.*"]
+    output_dtype = "float32"
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from spc.errors import SpcError
+
+WEIGHT_DTYPES = ("float32", "bfloat16", "bfloat8_b", "bfloat4_b")
+OUTPUT_DTYPES = ("float32", "bfloat16", "bfloat8_b")
+FIDELITIES = ("LoFi", "HiFi2", "HiFi3", "HiFi4")
+
+
+@dataclass(frozen=True)
+class BlockPrecision:
+    weights_dtype: str = "bfloat16"
+    math_fidelity: str = "HiFi4"
+    fp32_dest_acc_en: bool = True
+    output_dtype: str = "bfloat16"
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (("weights_dtype", self.weights_dtype, WEIGHT_DTYPES),
+                                     ("math_fidelity", self.math_fidelity, FIDELITIES),
+                                     ("output_dtype", self.output_dtype, OUTPUT_DTYPES)):
+            if value not in allowed:
+                raise SpcError(f"precision {name} = {value!r} is not one of {', '.join(allowed)}")
+        if not isinstance(self.fp32_dest_acc_en, bool):
+            raise SpcError(f"precision fp32_dest_acc_en must be true or false, got {self.fp32_dest_acc_en!r}")
+
+    def as_attrs(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_attrs(attrs: dict[str, Any]) -> BlockPrecision:
+        names = {f.name for f in fields(BlockPrecision)}
+        return BlockPrecision(**{k: (bool(v) if k == "fp32_dest_acc_en" else v)
+                                 for k, v in attrs.items() if k in names})
+
+    def short(self) -> str:
+        acc = "fp32acc" if self.fp32_dest_acc_en else "bf16acc"
+        return f"w:{self.weights_dtype} {self.math_fidelity} {acc} out:{self.output_dtype}"
+
+
+PRESETS = {
+    "accurate": BlockPrecision("bfloat16", "HiFi4", True, "bfloat16"),
+    "balanced": BlockPrecision("bfloat16", "HiFi2", True, "bfloat16"),
+    "fast": BlockPrecision("bfloat8_b", "LoFi", True, "bfloat16"),
+}
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    """A preset plus ordered (glob, field overrides) rules."""
+
+    preset: str = "accurate"
+    rules: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise SpcError(f"--precision {self.preset}: not a preset ({', '.join(PRESETS)})")
+
+    def for_block(self, block: str) -> BlockPrecision:
+        p = PRESETS[self.preset]
+        for pattern, changes in self.rules:
+            if fnmatch.fnmatchcase(block, pattern):
+                p = replace(p, **dict(changes))
+        return p
+
+    def with_rule(self, pattern: str, **changes: Any) -> PrecisionPlan:
+        return replace(self, rules=(*self.rules, (pattern, tuple(sorted(changes.items())))))
+
+    def describe(self) -> dict[str, Any]:
+        return {"preset": self.preset, "rules": [{"blocks": p, **dict(c)} for p, c in self.rules]}
+
+
+def load_precision_config(path: Path, preset: str | None = None) -> PrecisionPlan:
+    """Read a TOML precision file; ``preset`` (from the command line) wins over the file's."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpcError(f"{path}: no such precision config") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SpcError(f"{path}: not valid TOML ({exc})") from None
+    unknown = set(data) - {"preset", "blocks"}
+    if unknown:
+        raise SpcError(f"{path}: unknown keys {sorted(unknown)} (expected preset, blocks)")
+    plan = PrecisionPlan(preset or data.get("preset", "accurate"))
+    known = {f.name for f in fields(BlockPrecision)}
+    for pattern, changes in (data.get("blocks") or {}).items():
+        if not isinstance(changes, dict) or set(changes) - known:
+            raise SpcError(f"{path}: [blocks.{pattern!r}] may set only {', '.join(sorted(known))}")
+        try:
+            replace(PRESETS[plan.preset], **changes)  # validates the values now, naming the file
+        except SpcError as exc:
+            raise SpcError(f"{path}: [blocks.{pattern!r}]: {exc}") from None
+        plan = plan.with_rule(pattern, **changes)
+    return plan

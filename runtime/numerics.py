@@ -1,0 +1,188 @@
+"""Tenstorrent number formats and the matrix engine's multiplier, bit for bit where known.
+
+Facts (shared/reference/tenstorrent-facts.md, from tt-metal and the Tensix ISA docs):
+
+* bf16 storage rounds to nearest even; denormals flush to zero.
+* bfloat8_b / bfloat4_b: a 32x32 tile is four 16x16 faces; each row of 16 values inside a face
+  shares one 8-bit exponent, the largest in the row. A value keeps its sign and a 7-bit (bfp8)
+  or 3-bit (bfp4) magnitude: its explicit 1.mantissa shifted right by (shared - own exponent),
+  rounded to nearest even and saturated. Zeros and denormals become 0
+  (tt_metal/impl/data_format/blockfloat_common.cpp). In a row-major [..., C] tensor tiled over
+  its last two dims, a face row is 16 consecutive elements of the last dim, 16-aligned.
+* The multiplier truncates (not rounds) operands per fidelity phase: SrcA keeps the hidden bit
+  and 4 mantissa bits in its "hi" phases and the next bits in its "lo" phases; SrcB keeps the
+  hidden bit and 6 mantissa bits in "hi", the rest in "lo". Phases: A-hi x B-hi, A-lo x B-hi,
+  A-hi x B-lo, A-lo x B-lo; LoFi runs the first, HiFi2 two, HiFi3 three, HiFi4 all four. In
+  matmul (and conv), weights are SrcA and activations SrcB.
+
+Choices where the facts stop (written down, not tuned): products of truncated operands are
+exact in fp32 and summed in fp32 (the device's fp32 dest order is not modelled); block-float
+rounding is nearest-even on the exact value (the packer's sticky-bit handling is not known).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+FIDELITY_PHASES = {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
+# magnitude bits of each block-float format
+BLOCK_FLOAT_BITS = {"bfloat8_b": 7, "bfloat4_b": 3}
+FACE_ROW = 16
+_MIN_NORMAL = 2.0**-126
+
+
+def flush_denormals(x: torch.Tensor) -> torch.Tensor:
+    return torch.where(x.abs() < _MIN_NORMAL, torch.zeros_like(x), x)
+
+
+def round_bf16(x: torch.Tensor) -> torch.Tensor:
+    """bf16 storage: round to nearest even, flush denormals; held as float32."""
+    return flush_denormals(x.to(torch.bfloat16).to(torch.float32))
+
+
+def round_block_float(x: torch.Tensor, fmt: str) -> torch.Tensor:
+    """bfloat8_b / bfloat4_b storage of ``x`` (groups of 16 along the last dim); float32 out."""
+    bits = BLOCK_FLOAT_BITS[fmt]
+    c = x.shape[-1]
+    pad = (-c) % FACE_ROW
+    rows = F.pad(x.to(torch.float32), (0, pad)).reshape(*x.shape[:-1], -1, FACE_ROW)
+    mag = rows.abs()
+    normal = mag >= _MIN_NORMAL
+    _, exp = torch.frexp(mag)  # mag = m * 2**exp with m in [0.5, 1): own exponent is exp - 1
+    own = torch.where(normal, exp - 1, torch.full_like(exp, -1000))
+    shared = own.amax(dim=-1, keepdim=True)
+    lsb = torch.pow(2.0, (shared - (bits - 1)).to(torch.float32))  # value of the magnitude's last bit
+    q = torch.round(mag / lsb).clamp(max=2**bits - 1)  # torch.round is half-to-even
+    out = torch.where(normal, torch.sign(rows) * q * lsb, torch.zeros_like(rows))
+    return out.reshape(*x.shape[:-1], c + pad)[..., :c]
+
+
+def round_storage(x: torch.Tensor, fmt: str) -> torch.Tensor:
+    """A tensor stored on the device in ``fmt`` ("float32", "bfloat16", "bfloat8_b", "bfloat4_b")."""
+    if fmt == "float32":
+        return flush_denormals(x.to(torch.float32))
+    if fmt == "bfloat16":
+        return round_bf16(x)
+    if fmt in BLOCK_FLOAT_BITS:
+        return round_block_float(x, fmt)
+    raise ValueError(f"unknown device data format {fmt!r}")
+
+
+def truncate_mantissa(x: torch.Tensor, keep: int) -> torch.Tensor:
+    """Keep the hidden bit and the top ``keep`` mantissa bits (toward zero), as the multiplier does."""
+    bits = x.to(torch.float32).contiguous().view(torch.int32)
+    mask = ~((1 << (23 - keep)) - 1)
+    return (bits & mask).view(torch.float32)
+
+
+A_HI_BITS, B_HI_BITS = 4, 6
+
+
+def operand_phases(a: torch.Tensor, b: torch.Tensor, fidelity: str,
+                   merged: bool = True) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The (SrcA part, SrcB part) pairs whose products the engine sums at ``fidelity``.
+
+    With ``merged``, pairs that share an operand are combined (A-hi x B-hi + A-lo x B-hi =
+    A x B-hi), so a linear op (matmul, conv) runs at most two; without, one pair per phase, in
+    the engine's order, for when each phase's partial is rounded on its own.
+    """
+    phases = FIDELITY_PHASES[fidelity]
+    a_hi = truncate_mantissa(a, A_HI_BITS)
+    b_hi = truncate_mantissa(b, B_HI_BITS)
+    if not merged:
+        a_lo, b_lo = a - a_hi, b - b_hi
+        return [(a_hi, b_hi), (a_lo, b_hi), (a_hi, b_lo), (a_lo, b_lo)][:phases]
+    if phases == 1:
+        return [(a_hi, b_hi)]
+    if phases == 2:
+        return [(a, b_hi)]
+    if phases == 3:
+        return [(a, b_hi), (a_hi, b - b_hi)]
+    return [(a, b)]
+
+
+def conv_weight_storage(w: torch.Tensor, fmt: str) -> torch.Tensor:
+    """Conv weights [O, I, kh, kw] as the device stores them: ttnn tilises a [K, N] matrix with
+    N = output channels, so a block-float face row is 16 consecutive output channels of one tap
+    (prepare_conv2d_weights.cpp)."""
+    if fmt in BLOCK_FLOAT_BITS:
+        return round_block_float(w.permute(2, 3, 1, 0), fmt).permute(3, 2, 0, 1).contiguous()
+    return round_storage(w, fmt)
+
+
+def conv2d_device(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: tuple[int, int],
+                  padding: tuple[int, int, int, int], dilation: tuple[int, int], groups: int, fidelity: str,
+                  fp32_acc: bool, out_fmt: str) -> torch.Tensor:
+    """A ttnn conv2d's result before its activation, as the device computes it.
+
+    From the program factory and compute kernel (conv_bmm_tilize.cpp): the reduction runs in
+    K blocks of one kernel row each (K order kh, kw, cin); between blocks the partial sum is
+    packed in the output format and reloaded (packer_l1_acc off); the matmul result is packed,
+    then the bias added and packed again. Inside a block the destination accumulates in fp32
+    (``fp32_acc``) or in bf16, rewritten after every 16 K values of every fidelity phase; the
+    rounding of those bf16 rewrites is not documented and is modelled as nearest-even.
+    ``x`` is NCHW holding device values; ``w`` holds stored weights (conv_weight_storage).
+    """
+    left, right, top, bottom = padding
+    if out_fmt in BLOCK_FLOAT_BITS:
+        # the tilised activations take the output format (ACT_TILIZED uses output_df)
+        x = round_block_float(x.permute(0, 2, 3, 1), out_fmt).permute(0, 3, 1, 2)
+    xp = F.pad(x, (left, right, top, bottom))
+    kh = w.shape[2]
+    oh = (xp.shape[2] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    acc: torch.Tensor | None = None
+    for r in range(kh):
+        rows = xp[:, :, r * dilation[0]: r * dilation[0] + (oh - 1) * stride[0] + 1]
+        w_row = w[:, :, r:r + 1]
+        partial = _row_block(rows, w_row, stride, dilation, groups, fidelity, fp32_acc, acc)
+        acc = partial if r == kh - 1 else round_storage(partial, out_fmt)
+    assert acc is not None
+    y = round_storage(acc, out_fmt)
+    if b is not None:
+        y = round_storage(y + b.reshape(1, -1, 1, 1), out_fmt)
+    return y
+
+
+def _row_block(rows: torch.Tensor, w_row: torch.Tensor, stride: tuple[int, int], dilation: tuple[int, int],
+               groups: int, fidelity: str, fp32_acc: bool, acc: torch.Tensor | None) -> torch.Tensor:
+    """One K block (one kernel row) added to the reloaded partial ``acc``."""
+    conv = lambda xx, ww: F.conv2d(xx, ww, stride=stride, dilation=(1, dilation[1]), groups=groups)
+    if fp32_acc or groups != 1:
+        total = sum((conv(xb, wa) for wa, xb in operand_phases(w_row, rows, fidelity)), torch.zeros(()))
+        return total if acc is None else acc + total
+    # bf16 destination: every 16 K values of every phase is one rewrite of DST
+    cin, kw = w_row.shape[1], w_row.shape[3]
+    cin_p = -(-cin // 32) * 32 if cin >= 16 else -(-cin // 8) * 8
+    ow = _width(rows, w_row, stride, dilation)
+    out = acc
+    k_total = kw * cin_p
+    for tile in range(0, k_total, 32):
+        for wa, xb in operand_phases(w_row, rows, fidelity, merged=False):
+            for half in (tile, tile + 16):
+                part = None
+                for s, c0, c1 in _k_runs(half, min(half + 16, k_total), cin, cin_p):
+                    term = F.conv2d(xb[:, c0:c1, :, s * dilation[1]:], wa[:, c0:c1, :, s:s + 1], stride=stride)
+                    term = term[..., :ow]
+                    part = term if part is None else part + term
+                if part is not None:
+                    out = round_bf16(part if out is None else out + part)
+    assert out is not None
+    return out
+
+
+def _k_runs(k0: int, k1: int, cin: int, cin_p: int) -> list[tuple[int, int, int]]:
+    """K indices [k0, k1) as (tap, first channel, end channel) runs, skipping channel padding."""
+    runs = []
+    k = k0
+    while k < k1:
+        s, c = divmod(k, cin_p)
+        end = min(k1 - s * cin_p, cin_p)
+        if c < cin:
+            runs.append((s, c, min(end, cin)))
+        k = s * cin_p + end
+    return runs
+
+
+def _width(rows: torch.Tensor, w_row: torch.Tensor, stride: tuple[int, int], dilation: tuple[int, int]) -> int:
+    return (rows.shape[3] - dilation[1] * (w_row.shape[3] - 1) - 1) // stride[1] + 1
