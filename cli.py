@@ -71,13 +71,19 @@ def export(output: Path, height: int, width: int, channels: int, weights: str | 
 @click.option("--print-ir-after-all", is_flag=True, help="print the IR after every pass (stderr)")
 @click.option("--stop-after", default=None, metavar="PASS", help="stop the pipeline after PASS (writes no plan)")
 @click.option("--nms-single-pass", is_flag=True, help="cheaper NMS without suppression rounds (changes results)")
+@click.option("--precision", type=click.Choice(["accurate", "balanced", "fast"]), default=None,
+              help="precision preset (default accurate; see docs/precision.md)")
+@click.option("--precision-config", type=click.Path(path_type=Path), default=None,
+              help="TOML file: a preset and per-block overrides")
 @click.option("--target", default="p150", show_default=True)
 @click.option("--list-passes", is_flag=True, help="list the pipeline and exit")
 @_one_line_errors
 def compile_(source: Path, output: Path | None, dump_dir: Path | None, print_ir_after_all: bool,
-             stop_after: str | None, nms_single_pass: bool, target: str, list_passes: bool) -> None:
+             stop_after: str | None, nms_single_pass: bool, precision: str | None, precision_config: Path | None,
+             target: str, list_passes: bool) -> None:
     """Compile an ONNX model into a .ttplan."""
     from spc.compiler import compile_onnx
+    from spc.ir.precision import PrecisionPlan, load_precision_config
     from spc.passes.pipeline import default_pipeline
 
     if list_passes:
@@ -86,8 +92,10 @@ def compile_(source: Path, output: Path | None, dump_dir: Path | None, print_ir_
         return
     if output is None and stop_after is None:
         output = source.with_suffix(".ttplan")
+    plan = (load_precision_config(precision_config, precision) if precision_config
+            else PrecisionPlan(precision or "accurate"))
     result = compile_onnx(source, output, dump_dir=dump_dir, print_ir=print_ir_after_all, stop_after=stop_after,
-                          nms_single_pass=nms_single_pass, target=target)
+                          nms_single_pass=nms_single_pass, target=target, precision=plan)
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
     counts = result.graph.op_counts()

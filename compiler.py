@@ -9,7 +9,9 @@ from pathlib import Path
 from spc.errors import SpcError
 from spc.frontend.onnx_import import import_onnx
 from spc.ir.graph import Graph
+from spc.ir.precision import PrecisionPlan
 from spc.ir.printer import print_graph
+from spc.lowering.cost import predicted_ms
 from spc.lowering.lower import find_probes, lower
 from spc.lowering.plan import write_plan
 from spc.passes.manager import DumpDir, Instrument, PassContext, PassManager, PassRecord, PrintAfterAll
@@ -46,7 +48,8 @@ def check_superpoint_heads(g: Graph, src: Path) -> None:
 
 
 def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, print_ir: bool = False,
-                 stop_after: str | None = None, nms_single_pass: bool = False, target: str = "p150") -> CompileResult:
+                 stop_after: str | None = None, nms_single_pass: bool = False, target: str = "p150",
+                 precision: PrecisionPlan | None = None) -> CompileResult:
     if target not in TARGETS:
         raise SpcError(f"--target {target}: unknown target (known: {', '.join(TARGETS)})")
     g = import_onnx(src)
@@ -56,7 +59,8 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
         instruments.append(DumpDir(dump_dir))
     if print_ir:
         instruments.append(PrintAfterAll())
-    ctx = PassContext(options={"nms_single_pass": nms_single_pass})
+    precision = precision or PrecisionPlan()
+    ctx = PassContext(options={"nms_single_pass": nms_single_pass, "precision": precision})
     pm = PassManager(default_pipeline(), instruments, stop_after=stop_after)
     pm.run(g, ctx)
     result = CompileResult(g, pm.records, ctx.notes)
@@ -69,7 +73,8 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
         "source": {"file": src.name, "sha256": hashlib.sha256(src.read_bytes()).hexdigest()},
         "inputs": [vars(t) for t in program.inputs],
         "outputs": [vars(t) for t in program.outputs],
-        "options": {"nms_single_pass": nms_single_pass},
+        "options": {"nms_single_pass": nms_single_pass, "precision": precision.describe()},
+        "predicted_device_ms": round(predicted_ms(program, tensors), 4),
         "pipeline": [r.name for r in pm.records],
         "notes": ctx.notes,
         "device_ops": len(program.device_ops),

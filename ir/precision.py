@@ -6,13 +6,17 @@ fused op by its kind (``score_fold``, ``nms``, ``l2norm``), a pool by its node.
 
 Presets (``spc compile --precision``):
 
-==========  ===========  ========  ========  =======
-preset      weights      fidelity  fp32 acc  outputs
-==========  ===========  ========  ========  =======
-accurate    bfloat16     HiFi4     yes       bfloat16
-balanced    bfloat16     HiFi2     yes       bfloat16
-fast        bfloat8_b    LoFi      yes       bfloat16
-==========  ===========  ========  ========  =======
+==========  ===========  ========  ========  ============  =======
+preset      weights      fidelity  fp32 acc  L1 acc (K)    outputs
+==========  ===========  ========  ========  ============  =======
+accurate    bfloat16     HiFi4     yes       yes           bfloat16
+balanced    bfloat16     HiFi2     yes       yes           bfloat16
+fast        bfloat8_b    LoFi      yes       no            bfloat16
+==========  ===========  ========  ========  ============  =======
+
+``packer_l1_acc``: a conv reduces in K blocks of one kernel row; without L1 accumulation the
+partial sum is packed in the *output* format (bf16) between blocks, with it in fp32 (if the
+destination accumulates in fp32) — tt-metal conv2d_op_program_factory_common.cpp get_cb_info.
 
 A TOML file (``--precision-config``) overrides blocks by glob, in order::
 
@@ -44,6 +48,7 @@ class BlockPrecision:
     math_fidelity: str = "HiFi4"
     fp32_dest_acc_en: bool = True
     output_dtype: str = "bfloat16"
+    packer_l1_acc: bool = True
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("weights_dtype", self.weights_dtype, WEIGHT_DTYPES),
@@ -51,8 +56,9 @@ class BlockPrecision:
                                      ("output_dtype", self.output_dtype, OUTPUT_DTYPES)):
             if value not in allowed:
                 raise SpcError(f"precision {name} = {value!r} is not one of {', '.join(allowed)}")
-        if not isinstance(self.fp32_dest_acc_en, bool):
-            raise SpcError(f"precision fp32_dest_acc_en must be true or false, got {self.fp32_dest_acc_en!r}")
+        for name in ("fp32_dest_acc_en", "packer_l1_acc"):
+            if not isinstance(getattr(self, name), bool):
+                raise SpcError(f"precision {name} must be true or false, got {getattr(self, name)!r}")
 
     def as_attrs(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,18 +66,19 @@ class BlockPrecision:
     @staticmethod
     def from_attrs(attrs: dict[str, Any]) -> BlockPrecision:
         names = {f.name for f in fields(BlockPrecision)}
-        return BlockPrecision(**{k: (bool(v) if k == "fp32_dest_acc_en" else v)
+        return BlockPrecision(**{k: (bool(v) if k in ("fp32_dest_acc_en", "packer_l1_acc") else v)
                                  for k, v in attrs.items() if k in names})
 
     def short(self) -> str:
         acc = "fp32acc" if self.fp32_dest_acc_en else "bf16acc"
-        return f"w:{self.weights_dtype} {self.math_fidelity} {acc} out:{self.output_dtype}"
+        l1 = " l1acc" if self.packer_l1_acc else ""
+        return f"w:{self.weights_dtype} {self.math_fidelity} {acc}{l1} out:{self.output_dtype}"
 
 
 PRESETS = {
-    "accurate": BlockPrecision("bfloat16", "HiFi4", True, "bfloat16"),
-    "balanced": BlockPrecision("bfloat16", "HiFi2", True, "bfloat16"),
-    "fast": BlockPrecision("bfloat8_b", "LoFi", True, "bfloat16"),
+    "accurate": BlockPrecision("bfloat16", "HiFi4", True, "bfloat16", True),
+    "balanced": BlockPrecision("bfloat16", "HiFi2", True, "bfloat16", True),
+    "fast": BlockPrecision("bfloat8_b", "LoFi", True, "bfloat16", False),
 }
 
 

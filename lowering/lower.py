@@ -75,7 +75,7 @@ def _conv2d(em: Emitter, n: Node, ins: list[str]) -> str:
     conv_config = dict(CONV_CONFIG, weights_dtype=p.weights_dtype,
                        activation="relu" if n.attrs["activation"] == "relu" else None)
     compute_config = {"math_fidelity": p.math_fidelity, "fp32_dest_acc_en": p.fp32_dest_acc_en,
-                      "packer_l1_acc": False}
+                      "packer_l1_acc": p.packer_l1_acc}
     return em.emit("ttnn.conv2d", [ins[0]], n.output.name, _layout(n.output), n.name, weights,
                    store=p.output_dtype, in_channels=src.c, out_channels=int(w.type.static_shape[0]), batch_size=src.n,
                    input_height=src.h, input_width=src.w, kernel_size=list(n.attrs["kernel_shape"]),

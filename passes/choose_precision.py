@@ -25,7 +25,7 @@ def block_name(n: Node) -> str:
     """A stable, readable name: a conv by its weight (HF names survive export), others by node."""
     if n.op.name == "spc.Conv2d" and n.inputs[1] is not None:
         w = n.inputs[1]
-        name = w.weight_ref or w.name
+        name = w.name
         for prefix in ("inner.", "model."):
             name = name.removeprefix(prefix)
         return name.removesuffix("_bn").removesuffix(".weight")

@@ -60,7 +60,7 @@ def conv2d(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[st
     cc = a["compute_config"]
     y = conv2d_device(x, weights["weight_tensor"], weights.get("bias_tensor"), tuple(a["stride"]),
                       (left, right, top, bottom), tuple(a["dilation"]), a["groups"], cc["math_fidelity"],
-                      cc["fp32_dest_acc_en"], a["dtype"])
+                      cc["fp32_dest_acc_en"], a["dtype"], cc.get("packer_l1_acc", False))
     if a["conv_config"].get("activation") == "relu":
         y = torch.relu(y)
     return _flat(y)

@@ -113,13 +113,14 @@ def conv_weight_storage(w: torch.Tensor, fmt: str) -> torch.Tensor:
 
 def conv2d_device(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: tuple[int, int],
                   padding: tuple[int, int, int, int], dilation: tuple[int, int], groups: int, fidelity: str,
-                  fp32_acc: bool, out_fmt: str) -> torch.Tensor:
+                  fp32_acc: bool, out_fmt: str, l1_acc: bool = False) -> torch.Tensor:
     """A ttnn conv2d's result before its activation, as the device computes it.
 
     From the program factory and compute kernel (conv_bmm_tilize.cpp): the reduction runs in
     K blocks of one kernel row each (K order kh, kw, cin); between blocks the partial sum is
-    packed in the output format and reloaded (packer_l1_acc off); the matmul result is packed,
-    then the bias added and packed again. Inside a block the destination accumulates in fp32
+    packed and reloaded: in the output format, or with ``l1_acc`` (packer_l1_acc) in fp32 when
+    the destination is fp32, else bf16; the matmul result is packed, then the bias added and
+    packed again. Inside a block the destination accumulates in fp32
     (``fp32_acc``) or in bf16, rewritten after every 16 K values of every fidelity phase; the
     rounding of those bf16 rewrites is not documented and is modelled as nearest-even.
     ``x`` is NCHW holding device values; ``w`` holds stored weights (conv_weight_storage).
@@ -131,12 +132,13 @@ def conv2d_device(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stri
     xp = F.pad(x, (left, right, top, bottom))
     kh = w.shape[2]
     oh = (xp.shape[2] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    partial_fmt = ("float32" if fp32_acc else "bfloat16") if l1_acc and kh > 1 else out_fmt
     acc: torch.Tensor | None = None
     for r in range(kh):
         rows = xp[:, :, r * dilation[0]: r * dilation[0] + (oh - 1) * stride[0] + 1]
         w_row = w[:, :, r:r + 1]
         partial = _row_block(rows, w_row, stride, dilation, groups, fidelity, fp32_acc, acc)
-        acc = partial if r == kh - 1 else round_storage(partial, out_fmt)
+        acc = partial if r == kh - 1 else round_storage(partial, partial_fmt)
     assert acc is not None
     y = round_storage(acc, out_fmt)
     if b is not None:

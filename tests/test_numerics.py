@@ -121,11 +121,12 @@ def test_bf16_destination_rounds_every_16_k_values() -> None:
 
 
 def test_partials_are_packed_between_kernel_rows() -> None:
-    """3x1 kernel: rows contribute 256, 0.5, 0.5. Packed in bf16 after each row (ULP 2 at 256),
-    256.5 -> 256 twice; a single fp32 sum would give 257."""
+    """3x1 kernel: rows contribute 256, 1, 1. Packed in bf16 after each row (ulp 2 at 256),
+    257 is a tie and goes to 256, twice; fp32 partials (packer L1 accumulation) reach 258."""
     x = torch.ones(1, 1, 3, 1)
-    w = torch.tensor([256.0, 0.5, 0.5]).reshape(1, 1, 3, 1)
+    w = torch.tensor([256.0, 1.0, 1.0]).reshape(1, 1, 3, 1)
     assert _conv(x, w).item() == 256.0
+    assert _conv(x, w, l1_acc=True).item() == 258.0
 
 
 def test_bfp8_weights_share_exponents_across_output_channels() -> None:
