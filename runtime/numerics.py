@@ -118,9 +118,10 @@ def conv2d_device(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stri
 
     From the program factory and compute kernel (conv_bmm_tilize.cpp): the reduction runs in
     K blocks of one kernel row each (K order kh, kw, cin); between blocks the partial sum is
-    packed and reloaded: in the output format, or with ``l1_acc`` (packer_l1_acc) in fp32 when
-    the destination is fp32, else bf16; the matmul result is packed, then the bias added and
-    packed again. Inside a block the destination accumulates in fp32
+    packed and reloaded into the partials buffer: in the output format, or with ``l1_acc``
+    (packer_l1_acc, which ttnn enables only with more than two K blocks, or two and a bias) in
+    fp32 when the destination is fp32, else bf16; the matmul result goes to that buffer too,
+    then the bias is added and the sum packed in the output format. Inside a block the destination accumulates in fp32
     (``fp32_acc``) or in bf16, rewritten after every 16 K values of every fidelity phase; the
     rounding of those bf16 rewrites is not documented and is modelled as nearest-even.
     ``x`` is NCHW holding device values; ``w`` holds stored weights (conv_weight_storage).
@@ -132,7 +133,8 @@ def conv2d_device(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stri
     xp = F.pad(x, (left, right, top, bottom))
     kh = w.shape[2]
     oh = (xp.shape[2] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    partial_fmt = ("float32" if fp32_acc else "bfloat16") if l1_acc and kh > 1 else out_fmt
+    l1_acc = l1_acc and (kh > 2 or (kh > 1 and b is not None))  # determine_packer_l1_acc
+    partial_fmt = ("float32" if fp32_acc else "bfloat16") if l1_acc else out_fmt
     acc: torch.Tensor | None = None
     for r in range(kh):
         rows = xp[:, :, r * dilation[0]: r * dilation[0] + (oh - 1) * stride[0] + 1]
@@ -140,10 +142,9 @@ def conv2d_device(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stri
         partial = _row_block(rows, w_row, stride, dilation, groups, fidelity, fp32_acc, acc)
         acc = partial if r == kh - 1 else round_storage(partial, partial_fmt)
     assert acc is not None
-    y = round_storage(acc, out_fmt)
-    if b is not None:
-        y = round_storage(y + b.reshape(1, -1, 1, 1), out_fmt)
-    return y
+    if b is None:
+        return round_storage(acc, out_fmt)
+    return round_storage(round_storage(acc, partial_fmt) + b.reshape(1, -1, 1, 1), out_fmt)
 
 
 def _row_block(rows: torch.Tensor, w_row: torch.Tensor, stride: tuple[int, int], dilation: tuple[int, int],

@@ -92,6 +92,20 @@ def main() -> int:
     ort_frame, _ = timed(lambda: session.run(None, {"pixel_values": x}), args.frames)
     runner.close()
 
+    # every precision preset's emulation, against the plain bf16 emulation (issue: <= 3x)
+    from spc.ir.precision import PRESETS, PrecisionPlan
+
+    plain = PrecisionPlan("accurate").with_rule("*", math_fidelity="HiFi4", packer_l1_acc=True)
+    preset_rows = []
+    for name in ["plain bf16 (HiFi4, fp32 acc)", *PRESETS]:
+        plan = plain if name.startswith("plain") else PrecisionPlan(name)
+        path = args.work / "bench_preset.ttplan"
+        compile_onnx(src, path, precision=plan)
+        with Runner(read_plan(path)) as r:
+            r.run(x)
+            t, _ = timed(lambda r=r: r.run(x), max(2, args.frames // 2))
+        preset_rows.append((name, t))
+
     rows = [
         ("compile (in process)", compile_s, "ORT session build + optimise + save", ort_build_s),
         ("`spc compile` command, wall", cli_s, "ORT session build + optimise + save", ort_build_s),
@@ -107,6 +121,10 @@ def main() -> int:
     print(f"{'spc':<40}{'ms':>10}   {'onnxruntime':<38}{'ms':>10}   {'ratio':>7}")
     for name, ours, ref_name, ref in rows:
         print(f"{name:<40}{ours * 1e3:>10.1f}   {ref_name:<38}{ref * 1e3:>10.1f}   {ours / ref:>6.2f}x")
+    base = preset_rows[0][1]
+    print(f"\n{'emu frame by precision preset':<40}{'ms':>10}   {'vs plain bf16':>13}")
+    for name, t in preset_rows:
+        print(f"{name:<40}{t * 1e3:>10.1f}   {t / base:>12.2f}x")
     return 0
 
 

@@ -127,6 +127,11 @@ def test_partials_are_packed_between_kernel_rows() -> None:
     w = torch.tensor([256.0, 1.0, 1.0]).reshape(1, 1, 3, 1)
     assert _conv(x, w).item() == 256.0
     assert _conv(x, w, l1_acc=True).item() == 258.0
+    # with a bias the matmul result is packed before the add: in bf16 without L1 accumulation
+    # (256 + 1.5 = 257.5 -> 258), in fp32 with it (258 + 1.5 = 259.5 -> 260)
+    b = torch.tensor([1.5])
+    assert _conv(x, w, b).item() == 258.0
+    assert _conv(x, w, b, l1_acc=True).item() == 260.0
 
 
 def test_bfp8_weights_share_exponents_across_output_channels() -> None:

@@ -1,0 +1,79 @@
+"""The precision cliff of SuperPoint in the emulator, as a markdown table.
+
+    .venv/bin/python scripts/precision_cliff.py                 # 480x640, six natural images
+
+Each row compiles the same ONNX with one precision plan (ir/precision.py), runs `spc check`
+against onnxruntime fp32 on scikit-image's natural images, and reports the worst score and
+descriptor PCC, the keypoint F1 (median and min) and the plan's predicted device time
+(lowering/cost.py, a roofline placeholder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from PIL import Image
+
+from spc.ir.precision import PrecisionPlan
+
+IMAGES = ("camera", "astronaut", "coffee", "chelsea", "rocket", "brick")
+
+CONFIGS: list[tuple[str, PrecisionPlan]] = [
+    ("LoFi + bfp8 weights everywhere (`fast`)", PrecisionPlan("fast")),
+    ("bfp8 encoder weights", PrecisionPlan("accurate").with_rule("encoder.*", weights_dtype="bfloat8_b")),
+    ("LoFi encoder", PrecisionPlan("accurate").with_rule("encoder.*", math_fidelity="LoFi")),
+    ("ttnn's conv default: HiFi4, bf16 DST, no L1 acc",
+     PrecisionPlan("accurate").with_rule("*", fp32_dest_acc_en=False, packer_l1_acc=False)),
+    ("HiFi4 + fp32 DST, no L1 acc", PrecisionPlan("accurate").with_rule("*", packer_l1_acc=False)),
+    ("`balanced`: HiFi2 + fp32 DST + L1 acc", PrecisionPlan("balanced")),
+    ("`accurate`: HiFi4 + fp32 DST + L1 acc", PrecisionPlan("accurate")),
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="480x640")
+    ap.add_argument("--work", type=Path, default=Path("bench-out"))
+    args = ap.parse_args()
+
+    from skimage import data
+
+    from spc.compiler import compile_onnx
+    from spc.frontend.export import export_onnx
+    from spc.lowering.plan import read_plan
+    from spc.runtime.check_files import check_files
+
+    h, w = (int(v) for v in args.size.split("x"))
+    args.work.mkdir(parents=True, exist_ok=True)
+    src = args.work / f"superpoint_{h}x{w}.onnx"
+    if not src.exists():
+        export_onnx(src, h, w)
+    files = []
+    for name in IMAGES:
+        path = args.work / f"{name}.png"
+        if not path.exists():
+            Image.fromarray(getattr(data, name)()).save(path)
+        files.append(path)
+    print(f"{h}x{w}, {len(files)} images, against onnxruntime fp32\n")
+    print("| precision | min score PCC | min descriptor PCC | F1 median (min) | predicted device ms | emu s/frame |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, plan in CONFIGS:
+        plan_path = args.work / "cliff.ttplan"
+        compile_onnx(src, plan_path, precision=plan)
+        loaded = read_plan(plan_path)
+        t0 = time.perf_counter()
+        reports = check_files(loaded, plan_path, files, src, "emu")
+        per_frame = (time.perf_counter() - t0) / len(files)
+        f1 = [r.f1 for r in reports]
+        print(f"| {label} | {min(r.score_pcc for r in reports):.4f} | {min(r.descriptor_pcc for r in reports):.4f} "
+              f"| {statistics.median(f1):.3f} ({min(f1):.3f}) | {loaded.manifest['predicted_device_ms']:.3f} "
+              f"| {per_frame:.1f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
