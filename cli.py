@@ -71,20 +71,26 @@ def export(output: Path, height: int, width: int, channels: int, weights: str | 
 @click.option("--print-ir-after-all", is_flag=True, help="print the IR after every pass (stderr)")
 @click.option("--stop-after", default=None, metavar="PASS", help="stop the pipeline after PASS (writes no plan)")
 @click.option("--nms-single-pass", is_flag=True, help="cheaper NMS without suppression rounds (changes results)")
-@click.option("--precision", type=click.Choice(["accurate", "balanced", "fast"]), default=None,
-              help="precision preset (default accurate; see docs/precision.md)")
+@click.option("--precision", type=click.Choice(["accurate", "balanced", "fast", "auto"]), default=None,
+              help="precision preset, or auto: search per block (default accurate; docs/precision.md)")
 @click.option("--precision-config", type=click.Path(path_type=Path), default=None,
               help="TOML file: a preset and per-block overrides")
+@click.option("--calib", type=click.Path(path_type=Path), default=None,
+              help="auto: folder of calibration images (default: the shipped set)")
+@click.option("--min-f1", type=float, default=None, help="auto: absolute keypoint F1 floor")
+@click.option("--min-desc-pcc", type=float, default=None, help="auto: absolute descriptor PCC floor")
 @click.option("--target", default="p150", show_default=True)
 @click.option("--list-passes", is_flag=True, help="list the pipeline and exit")
 @_one_line_errors
 def compile_(source: Path, output: Path | None, dump_dir: Path | None, print_ir_after_all: bool,
              stop_after: str | None, nms_single_pass: bool, precision: str | None, precision_config: Path | None,
-             target: str, list_passes: bool) -> None:
+             calib: Path | None, min_f1: float | None, min_desc_pcc: float | None, target: str,
+             list_passes: bool) -> None:
     """Compile an ONNX model into a .ttplan."""
-    from spc.compiler import compile_onnx
+    from spc.compiler import AutoPrecision, compile_onnx
     from spc.ir.precision import PrecisionPlan, load_precision_config
     from spc.passes.pipeline import default_pipeline
+    from spc.tuning.thresholds import Thresholds
 
     if list_passes:
         for i, p in enumerate(default_pipeline(), 1):
@@ -92,10 +98,17 @@ def compile_(source: Path, output: Path | None, dump_dir: Path | None, print_ir_
         return
     if output is None and stop_after is None:
         output = source.with_suffix(".ttplan")
+    auto = None
+    if precision == "auto":
+        if precision_config:
+            raise SpcError("--precision auto searches the precision itself; drop --precision-config")
+        auto = AutoPrecision(calib, Thresholds(min_f1=min_f1, min_desc_pcc=min_desc_pcc),
+                             log=lambda line: click.echo(line, err=True))
+        click.echo("precision search (emulated, against onnxruntime on the calibration inputs):", err=True)
     plan = (load_precision_config(precision_config, precision) if precision_config
-            else PrecisionPlan(precision or "accurate"))
+            else PrecisionPlan("accurate" if precision in (None, "auto") else precision))
     result = compile_onnx(source, output, dump_dir=dump_dir, print_ir=print_ir_after_all, stop_after=stop_after,
-                          nms_single_pass=nms_single_pass, target=target, precision=plan)
+                          nms_single_pass=nms_single_pass, target=target, precision=plan, auto=auto)
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
     counts = result.graph.op_counts()

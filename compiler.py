@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,10 +15,21 @@ from spc.ir.printer import print_graph
 from spc.lowering.cost import predicted_ms
 from spc.lowering.lower import find_probes, lower
 from spc.lowering.plan import write_plan
+from spc.passes.choose_precision import ChoosePrecision
 from spc.passes.manager import DumpDir, Instrument, PassContext, PassManager, PassRecord, PrintAfterAll
 from spc.passes.pipeline import default_pipeline
+from spc.tuning.thresholds import Thresholds
 
 TARGETS = ("p150",)
+
+
+@dataclass
+class AutoPrecision:
+    """``--precision auto``: where the calibration inputs are and what must hold."""
+
+    calib: Path | None = None
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    log: Callable[[str], None] = print
 
 
 @dataclass
@@ -49,7 +61,9 @@ def check_superpoint_heads(g: Graph, src: Path) -> None:
 
 def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, print_ir: bool = False,
                  stop_after: str | None = None, nms_single_pass: bool = False, target: str = "p150",
-                 precision: PrecisionPlan | None = None) -> CompileResult:
+                 precision: PrecisionPlan | None = None, auto: AutoPrecision | None = None) -> CompileResult:
+    """Compile ``src``; with ``auto``, search the precision plan on calibration inputs first
+    (tuning/precision_search.py: needs torch and onnxruntime, unlike the rest of compile)."""
     if target not in TARGETS:
         raise SpcError(f"--target {target}: unknown target (known: {', '.join(TARGETS)})")
     g = import_onnx(src)
@@ -67,6 +81,13 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
     if stop_after is not None or out is None:
         return result
     check_superpoint_heads(g, src)
+    search_report = None
+    if auto is not None:
+        from spc.tuning.precision_search import search
+
+        found = search(g, src, auto.calib, auto.thresholds, log=auto.log)
+        precision, search_report = found.plan, found.manifest()
+        ChoosePrecision().run(g, PassContext(options={"precision": precision}))
     program, tensors = lower(g, find_probes(g))
     manifest = {
         "target": target,
@@ -74,6 +95,7 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
         "inputs": [vars(t) for t in program.inputs],
         "outputs": [vars(t) for t in program.outputs],
         "options": {"nms_single_pass": nms_single_pass, "precision": precision.describe()},
+        "precision_search": search_report,
         "predicted_device_ms": round(predicted_ms(program, tensors), 4),
         "pipeline": [r.name for r in pm.records],
         "notes": ctx.notes,

@@ -14,7 +14,7 @@ import torch
 
 from spc.errors import SpcError
 from spc.lowering.program import Program, TtOp
-from spc.runtime.emu_ops import DATA_MOVEMENT, EMULATIONS, prepare_weight
+from spc.runtime.emu_ops import EMULATIONS, STORED_BY_EMULATION, prepare_weight
 from spc.runtime.numerics import round_storage
 
 
@@ -38,7 +38,7 @@ class EmuProgram:
                 bound = {k: prepare_weight(weights[name], dtype) for k, name in op.weights.items()}
             except KeyError as exc:
                 raise SpcError(f"plan is missing weight {exc} for {op.source}") from None
-            if op.op in DATA_MOVEMENT:
+            if op.op in STORED_BY_EMULATION:
                 fn = lambda ins, e=emulation, w=bound, a=op.args: e(ins, w, a)
             else:
                 fn = lambda ins, e=emulation, w=bound, a=op.args, d=op.dtype: round_storage(e(ins, w, a), d)

@@ -31,8 +31,9 @@ def emulates(name: str) -> Callable[[Emulation], Emulation]:
     return wrap
 
 
-# calls that only move data: their results are stored exactly as their inputs were
-DATA_MOVEMENT = {"ttnn.reshape", "ttnn.permute", "ttnn.slice", "ttnn.to_layout"}
+# calls whose emulation already returns stored values: data movement, and conv2d (which models
+# its own packing, numerics.conv2d_device)
+STORED_BY_EMULATION = {"ttnn.reshape", "ttnn.permute", "ttnn.slice", "ttnn.to_layout", "ttnn.conv2d"}
 
 
 def prepare_weight(array: np.ndarray, dtype: str) -> torch.Tensor:

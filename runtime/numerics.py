@@ -32,13 +32,11 @@ FACE_ROW = 16
 _MIN_NORMAL = 2.0**-126
 
 
-def flush_denormals(x: torch.Tensor) -> torch.Tensor:
-    return torch.where(x.abs() < _MIN_NORMAL, torch.zeros_like(x), x)
-
-
 def round_bf16(x: torch.Tensor) -> torch.Tensor:
     """bf16 storage: round to nearest even, flush denormals; held as float32."""
-    return flush_denormals(x.to(torch.bfloat16).to(torch.float32))
+    bits = x.to(torch.bfloat16).view(torch.int16)
+    normal = (bits & 0x7F80) != 0  # a zero exponent field is zero or a denormal: stored as zero
+    return (bits * normal).view(torch.bfloat16).to(torch.float32)
 
 
 def round_block_float(x: torch.Tensor, fmt: str) -> torch.Tensor:
@@ -61,7 +59,7 @@ def round_block_float(x: torch.Tensor, fmt: str) -> torch.Tensor:
 def round_storage(x: torch.Tensor, fmt: str) -> torch.Tensor:
     """A tensor stored on the device in ``fmt`` ("float32", "bfloat16", "bfloat8_b", "bfloat4_b")."""
     if fmt == "float32":
-        return flush_denormals(x.to(torch.float32))
+        return x.to(torch.float32)  # fp32 denormals would flush too; values this small never occur here
     if fmt == "bfloat16":
         return round_bf16(x)
     if fmt in BLOCK_FLOAT_BITS:
@@ -71,7 +69,7 @@ def round_storage(x: torch.Tensor, fmt: str) -> torch.Tensor:
 
 def truncate_mantissa(x: torch.Tensor, keep: int) -> torch.Tensor:
     """Keep the hidden bit and the top ``keep`` mantissa bits (toward zero), as the multiplier does."""
-    bits = x.to(torch.float32).contiguous().view(torch.int32)
+    bits = x.to(torch.float32).view(torch.int32)  # same-size view: keeps channels_last strides
     mask = ~((1 << (23 - keep)) - 1)
     return (bits & mask).view(torch.float32)
 
@@ -126,34 +124,60 @@ def conv2d_device(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stri
     rounding of those bf16 rewrites is not documented and is modelled as nearest-even.
     ``x`` is NCHW holding device values; ``w`` holds stored weights (conv_weight_storage).
     """
-    left, right, top, bottom = padding
     if out_fmt in BLOCK_FLOAT_BITS:
         # the tilised activations take the output format (ACT_TILIZED uses output_df)
         x = round_block_float(x.permute(0, 2, 3, 1), out_fmt).permute(0, 3, 1, 2)
-    xp = F.pad(x, (left, right, top, bottom))
     kh = w.shape[2]
-    oh = (xp.shape[2] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     l1_acc = l1_acc and (kh > 2 or (kh > 1 and b is not None))  # determine_packer_l1_acc
     partial_fmt = ("float32" if fp32_acc else "bfloat16") if l1_acc else out_fmt
-    acc: torch.Tensor | None = None
-    for r in range(kh):
-        rows = xp[:, :, r * dilation[0]: r * dilation[0] + (oh - 1) * stride[0] + 1]
-        w_row = w[:, :, r:r + 1]
-        partial = _row_block(rows, w_row, stride, dilation, groups, fidelity, fp32_acc, acc)
-        acc = partial if r == kh - 1 else round_storage(partial, partial_fmt)
-    assert acc is not None
+    if fp32_acc and (partial_fmt == "float32" or kh == 1):
+        # nothing narrows the partial sums between kernel rows: one conv computes the same sums
+        acc = _one_block(x, w, stride, padding, dilation, groups, fidelity)
+    else:
+        acc = _row_blocks(x, w, stride, padding, dilation, groups, fidelity, fp32_acc, partial_fmt)
     if b is None:
         return round_storage(acc, out_fmt)
     return round_storage(round_storage(acc, partial_fmt) + b.reshape(1, -1, 1, 1), out_fmt)
 
 
+def _one_block(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], padding: tuple[int, int, int, int],
+               dilation: tuple[int, int], groups: int, fidelity: str) -> torch.Tensor:
+    left, right, top, bottom = padding
+    same = (left, top) == (right, bottom)
+    src = x if same else F.pad(x, (left, right, top, bottom)).contiguous(memory_format=torch.channels_last)
+    pad = (top, left) if same else (0, 0)
+    terms = [F.conv2d(xb, wa, stride=stride, padding=pad, dilation=dilation, groups=groups)
+             for wa, xb in operand_phases(w, src, fidelity)]
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+def _row_blocks(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], padding: tuple[int, int, int, int],
+                dilation: tuple[int, int], groups: int, fidelity: str, fp32_acc: bool,
+                partial_fmt: str) -> torch.Tensor:
+    """K blocks of one kernel row each, the partial packed in ``partial_fmt`` between blocks."""
+    left, right, top, bottom = padding
+    xp = F.pad(x, (left, right, top, bottom)).contiguous(memory_format=torch.channels_last)
+    kh = w.shape[2]
+    oh = (xp.shape[2] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    acc: torch.Tensor | None = None
+    for r in range(kh):
+        first = r * dilation[0]
+        if fp32_acc or groups != 1:
+            # the row's conv over every input row, then the output rows this kernel row feeds
+            full = _one_block(xp, w[:, :, r:r + 1], (1, stride[1]), (0, 0, 0, 0), dilation, groups, fidelity)
+            block = full[:, :, first: first + (oh - 1) * stride[0] + 1: stride[0]]
+            partial = block if acc is None else acc + block
+        else:
+            rows = xp[:, :, first: first + (oh - 1) * stride[0] + 1].contiguous(memory_format=torch.channels_last)
+            partial = _row_block(rows, w[:, :, r:r + 1], stride, dilation, groups, fidelity, fp32_acc, acc)
+        acc = partial if r == kh - 1 else round_storage(partial, partial_fmt)
+    assert acc is not None
+    return acc
+
+
 def _row_block(rows: torch.Tensor, w_row: torch.Tensor, stride: tuple[int, int], dilation: tuple[int, int],
                groups: int, fidelity: str, fp32_acc: bool, acc: torch.Tensor | None) -> torch.Tensor:
-    """One K block (one kernel row) added to the reloaded partial ``acc``."""
-    conv = lambda xx, ww: F.conv2d(xx, ww, stride=stride, dilation=(1, dilation[1]), groups=groups)
-    if fp32_acc or groups != 1:
-        total = sum((conv(xb, wa) for wa, xb in operand_phases(w_row, rows, fidelity)), torch.zeros(()))
-        return total if acc is None else acc + total
+    """One K block (one kernel row) with a bf16 destination, added to the reloaded partial."""
     # bf16 destination: every 16 K values of every phase is one rewrite of DST
     cin, kw = w_row.shape[1], w_row.shape[3]
     cin_p = -(-cin // 32) * 32 if cin >= 16 else -(-cin // 8) * 8

@@ -1,0 +1,1 @@
+"""Tuning: searches that choose compile options by measuring (precision_search.py)."""

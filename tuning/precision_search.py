@@ -1,0 +1,197 @@
+"""`spc compile --precision auto`: the cheapest per-block precision that keeps task accuracy.
+
+The gate is the task, not a tensor: keypoint F1 (median over the calibration inputs) and
+descriptor-map PCC (worst input), both against onnxruntime fp32 on the source ONNX. Default
+thresholds are relative to the `accurate` plan on the same inputs (F1 within 0.01, descriptor
+PCC within 0.001); absolute ones may be given instead.
+
+The search, cheapest first, measured with the emulator (runtime/numerics.py) and ranked by
+the predicted device time (lowering/cost.py):
+
+1. `accurate`, to anchor the thresholds, then the presets `fast` and `balanced`; the cheapest
+   that passes is the starting point.
+2. Sensitivity: for each convolution block, most expensive first, the cheapest cheaper
+   setting that passes with every other block left as it is.
+3. Combination: all of those at once; if that fails, add them one at a time, biggest saving
+   first, keeping each only if the plan still passes.
+
+Each trial re-stamps precision on the compiled graph and lowers it again; no re-import, no
+re-running of the other passes.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spc.errors import SpcError
+from spc.ir.graph import Graph
+from spc.ir.precision import PrecisionPlan
+from spc.passes.choose_precision import ChoosePrecision
+from spc.passes.manager import PassContext
+from spc.tuning.thresholds import Thresholds
+
+CALIBRATION_DIR = Path(__file__).parent / "calibration"
+# cheaper-than-accurate settings of a convolution block
+OPTIONS: tuple[dict[str, Any], ...] = (
+    {"weights_dtype": "bfloat4_b", "math_fidelity": "LoFi"},
+    {"weights_dtype": "bfloat8_b", "math_fidelity": "LoFi"},
+    {"weights_dtype": "bfloat16", "math_fidelity": "LoFi"},
+    {"weights_dtype": "bfloat8_b", "math_fidelity": "HiFi2"},
+    {"weights_dtype": "bfloat16", "math_fidelity": "HiFi2"},
+    {"weights_dtype": "bfloat16", "math_fidelity": "HiFi3"},
+)
+
+
+@dataclass(frozen=True)
+class Score:
+    f1: float  # median over the calibration inputs
+    descriptor_pcc: float  # worst input
+    score_pcc: float  # worst input
+    device_ms: float  # predicted
+
+    def passes(self, min_f1: float, min_desc: float) -> bool:
+        return self.f1 >= min_f1 and self.descriptor_pcc >= min_desc
+
+
+@dataclass
+class Trial:
+    what: str
+    plan: PrecisionPlan
+    score: Score
+    passed: bool
+
+
+@dataclass
+class SearchResult:
+    plan: PrecisionPlan
+    score: Score
+    reference: Score
+    min_f1: float
+    min_desc_pcc: float
+    trials: list[Trial] = field(default_factory=list)
+    message: str = ""
+
+    def manifest(self) -> dict[str, Any]:
+        return {"chosen": self.plan.describe(), "metrics": vars(self.score), "accurate": vars(self.reference),
+                "thresholds": {"min_f1": self.min_f1, "min_descriptor_pcc": self.min_desc_pcc},
+                "trials": len(self.trials), "message": self.message}
+
+
+class Evaluator:
+    """Scores precision plans of one compiled graph on calibration inputs."""
+
+    def __init__(self, g: Graph, src: Path, inputs: list[np.ndarray]) -> None:
+        from spc.lowering.lower import find_probes
+        from spc.runtime.check import OrtReference
+
+        self.g = g
+        self.inputs = inputs
+        self.probes = find_probes(g)
+        ref = OrtReference(src, list(self.probes.values()))
+        self.maps = {role: name for role, name in self.probes.items() if name in ref.extra}
+        self.references = [ref.run(x) for x in inputs]
+
+    def __call__(self, plan: PrecisionPlan) -> Score:
+        from spc.lowering.cost import predicted_ms
+        from spc.lowering.lower import lower
+        from spc.lowering.plan import Plan
+        from spc.runtime.check import compare
+        from spc.runtime.runner import Runner
+
+        ChoosePrecision().run(self.g, PassContext(options={"precision": plan}))
+        program, tensors = lower(self.g, self.probes)
+        h, w = (int(d) for d in program.inputs[0].shape[2:])
+        with Runner(Plan({}, program, tensors, "")) as runner:
+            reports = [compare("calib", runner.run(x, dense=True), ref, self.maps, w, h)
+                       for x, ref in zip(self.inputs, self.references)]
+        return Score(statistics.median(r.f1 for r in reports), min(r.descriptor_pcc for r in reports),
+                     min(r.score_pcc for r in reports), predicted_ms(program, tensors))
+
+
+def calibration_inputs(folder: Path | None, shape: list[int]) -> list[np.ndarray]:
+    from spc.runtime.inputs import expand_paths, load_input
+
+    files = expand_paths([folder or CALIBRATION_DIR])
+    if not files:
+        raise SpcError(f"{folder}: no calibration inputs")
+    return [load_input(f, shape) for f in files]
+
+
+def conv_blocks(g: Graph) -> list[str]:
+    return [n.attrs["block"] for n in g.nodes if n.op.name == "spc.Conv2d" and "block" in n.attrs]
+
+
+def search(g: Graph, src: Path, calib: Path | None = None, thresholds: Thresholds | None = None,
+           log: Callable[[str], None] = print) -> SearchResult:
+    thresholds = thresholds or Thresholds()
+    shape = [int(d) for d in g.inputs[0].type.static_shape]
+    evaluate = Evaluator(g, src, calibration_inputs(calib, shape))
+    trials: list[Trial] = []
+
+    def trial(what: str, plan: PrecisionPlan) -> Trial:
+        s = evaluate(plan)
+        t = Trial(what, plan, s, s.passes(min_f1, min_desc))
+        trials.append(t)
+        log(f"  {'pass' if t.passed else 'fail'}  {s.device_ms:7.3f} ms  F1 {s.f1:.4f}  desc PCC "
+            f"{s.descriptor_pcc:.5f}  score PCC {s.score_pcc:.5f}  {what}")
+        return t
+
+    accurate = PrecisionPlan("accurate")
+    min_f1, min_desc = -1.0, -1.0
+    ref = trial("accurate (reference)", accurate).score
+    min_f1 = thresholds.min_f1 if thresholds.min_f1 is not None else ref.f1 - thresholds.f1_drop
+    min_desc = (thresholds.min_desc_pcc if thresholds.min_desc_pcc is not None
+                else ref.descriptor_pcc - thresholds.desc_pcc_drop)
+    trials[0].passed = ref.passes(min_f1, min_desc)
+    log(f"  thresholds: F1 >= {min_f1:.4f}, descriptor PCC >= {min_desc:.5f}")
+    if not trials[0].passed:
+        msg = "even `accurate` misses the thresholds on the calibration inputs; keeping `accurate`"
+        log("  " + msg)
+        return SearchResult(accurate, ref, ref, min_f1, min_desc, trials, msg)
+
+    current = max((trial(f"preset {p}", PrecisionPlan(p)) for p in ("fast", "balanced")),
+                  key=lambda t: (t.passed, -t.score.device_ms))
+    if not current.passed:
+        current = trials[0]
+    if current.plan.preset == "fast":
+        return SearchResult(current.plan, current.score, ref, min_f1, min_desc, trials, "the `fast` preset passes")
+
+    allowed: dict[str, tuple[dict[str, Any], float]] = {}
+    for block in conv_blocks(g):
+        for option in OPTIONS:
+            plan = current.plan.with_rule(block, **option)
+            if _same(current.plan, plan, block):
+                break  # options are ordered cheapest first: nothing cheaper is left for this block
+            t = trial(f"{block}: {option['weights_dtype']} {option['math_fidelity']}", plan)
+            if t.passed and t.score.device_ms < current.score.device_ms:
+                allowed[block] = (option, current.score.device_ms - t.score.device_ms)
+                break
+    best = current
+    if allowed:
+        combined = current.plan
+        for block, (option, _) in allowed.items():
+            combined = combined.with_rule(block, **option)
+        t = trial(f"all {len(allowed)} together", combined)
+        if t.passed:
+            best = t
+        else:
+            plan = current.plan
+            for block, (option, _) in sorted(allowed.items(), key=lambda kv: -kv[1][1]):
+                t = trial(f"+ {block}", plan.with_rule(block, **option))
+                if t.passed:
+                    plan, best = t.plan, t
+    saved = ref.device_ms - best.score.device_ms
+    msg = (f"chose {len(best.plan.rules)} block override(s) on preset {best.plan.preset}: "
+           f"{best.score.device_ms:.3f} ms predicted ({saved:.3f} ms less than accurate)")
+    log("  " + msg)
+    return SearchResult(best.plan, best.score, ref, min_f1, min_desc, trials, msg)
+
+
+def _same(base: PrecisionPlan, plan: PrecisionPlan, block: str) -> bool:
+    return base.for_block(block) == plan.for_block(block)
