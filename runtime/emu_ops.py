@@ -38,7 +38,7 @@ STORED_BY_EMULATION = {"ttnn.reshape", "ttnn.permute", "ttnn.slice", "ttnn.to_la
 
 def prepare_weight(array: np.ndarray, dtype: str) -> torch.Tensor:
     """A conv weight [O, I, kh, kw] or bias [O] as the device stores it in ``dtype``."""
-    t = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+    t = torch.from_numpy(np.array(array, dtype=np.float32))  # a writable copy, made once
     if t.ndim == 4:
         # NHWC activations are channels_last tensors; matching weights keep torch off the slow path
         return conv_weight_storage(t, dtype).to(memory_format=torch.channels_last)

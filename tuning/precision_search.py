@@ -129,9 +129,15 @@ def conv_blocks(g: Graph) -> list[str]:
 
 def search(g: Graph, src: Path, calib: Path | None = None, thresholds: Thresholds | None = None,
            log: Callable[[str], None] = print) -> SearchResult:
-    thresholds = thresholds or Thresholds()
+    """Search the precision of compiled graph ``g`` (from ``src``) on calibration inputs."""
     shape = [int(d) for d in g.inputs[0].type.static_shape]
     evaluate = Evaluator(g, src, calibration_inputs(calib, shape))
+    return search_plans(conv_blocks(g), evaluate, thresholds or Thresholds(), log)
+
+
+def search_plans(blocks: list[str], evaluate: Callable[[PrecisionPlan], Score], thresholds: Thresholds,
+                 log: Callable[[str], None] = print) -> SearchResult:
+    """The search itself, over any scorer of plans (the emulator in :func:`search`)."""
     trials: list[Trial] = []
 
     def trial(what: str, plan: PrecisionPlan) -> Trial:
@@ -163,7 +169,7 @@ def search(g: Graph, src: Path, calib: Path | None = None, thresholds: Threshold
         return SearchResult(current.plan, current.score, ref, min_f1, min_desc, trials, "the `fast` preset passes")
 
     allowed: dict[str, tuple[dict[str, Any], float]] = {}
-    for block in conv_blocks(g):
+    for block in blocks:
         for option in OPTIONS:
             plan = current.plan.with_rule(block, **option)
             if _same(current.plan, plan, block):

@@ -1,0 +1,68 @@
+"""--precision auto: the search's decisions on a synthetic scorer, and the real scorer once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spc.ir.precision import PrecisionPlan
+from spc.tuning.precision_search import Score, search_plans
+from spc.tuning.thresholds import Thresholds
+
+BLOCKS = ["enc.a", "enc.b", "head"]
+PHASES = {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
+BYTES = {"bfloat16": 2.0, "bfloat8_b": 1.0, "bfloat4_b": 0.5, "float32": 4.0}
+
+
+def synthetic(sensitive: dict[str, int]):
+    """Cost: phases + weight bytes per block. Accuracy: a block loses F1 when its fidelity has
+    fewer phases than ``sensitive[block]``, or when its weights are block-float."""
+    def score(plan: PrecisionPlan) -> Score:
+        cost, f1 = 0.0, 0.98
+        for b in BLOCKS:
+            p = plan.for_block(b)
+            cost += PHASES[p.math_fidelity] + BYTES[p.weights_dtype]
+            if PHASES[p.math_fidelity] < sensitive.get(b, 1):
+                f1 -= 0.05
+            if p.weights_dtype.endswith("_b") and b in sensitive:
+                f1 -= 0.05
+        return Score(f1=f1, descriptor_pcc=0.999, score_pcc=0.999, device_ms=cost)
+    return score
+
+
+def test_keeps_sensitive_blocks_and_cheapens_the_rest() -> None:
+    result = search_plans(BLOCKS, synthetic({"head": 4}), Thresholds(), log=lambda s: None)
+    chosen = {b: result.plan.for_block(b) for b in BLOCKS}
+    assert chosen["head"].math_fidelity == "HiFi4" and chosen["head"].weights_dtype == "bfloat16"
+    assert chosen["enc.a"].weights_dtype == "bfloat4_b" and chosen["enc.a"].math_fidelity == "LoFi"
+    assert result.score.f1 >= result.min_f1 and result.score.device_ms < result.reference.device_ms
+
+
+def test_takes_a_whole_preset_when_it_passes() -> None:
+    result = search_plans(BLOCKS, synthetic({}), Thresholds(), log=lambda s: None)
+    assert result.plan == PrecisionPlan("fast") and "fast" in result.message
+
+
+def test_says_so_when_even_accurate_misses_absolute_thresholds() -> None:
+    result = search_plans(BLOCKS, synthetic({}), Thresholds(min_f1=0.99), log=lambda s: None)
+    assert result.plan == PrecisionPlan("accurate") and "even `accurate` misses" in result.message
+
+
+def test_real_scorer_on_the_small_export(small_onnx: Path) -> None:
+    from spc.compiler import compile_onnx
+    from spc.passes.choose_precision import ChoosePrecision
+    from spc.passes.manager import PassContext
+    from spc.tuning.precision_search import CALIBRATION_DIR, Evaluator, calibration_inputs
+
+    g = compile_onnx(small_onnx, None).graph
+    ChoosePrecision().run(g, PassContext())
+    inputs = calibration_inputs(CALIBRATION_DIR, [1, 3, 120, 160])
+    assert len(inputs) == 3
+    evaluate = Evaluator(g, small_onnx, inputs[:1])
+    accurate, fast = evaluate(PrecisionPlan("accurate")), evaluate(PrecisionPlan("fast"))
+    assert accurate.descriptor_pcc > 0.99 and accurate.score_pcc > 0.99
+    assert fast.device_ms < accurate.device_ms
+    assert fast.score_pcc < accurate.score_pcc  # the demo weights do not survive LoFi + bfp8
+    with pytest.raises(Exception, match="not a preset"):
+        PrecisionPlan("auto")
