@@ -179,5 +179,30 @@ def check(plan: Path, inputs: tuple[Path, ...], onnx_path: Path | None, as_json:
         sys.exit(1)
 
 
+@main.command()
+@click.argument("safe", type=click.Path(path_type=Path))
+@click.argument("fast", type=click.Path(path_type=Path))
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--onnx", "onnx_path", type=click.Path(path_type=Path), default=None, help="the source ONNX")
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@_one_line_errors
+def bisect(safe: Path, fast: Path, inputs: tuple[Path, ...], onnx_path: Path | None, as_json: bool) -> None:
+    """Find the smallest set of per-block precision differences that makes FAST lose accuracy."""
+    from spc.lowering.plan import read_plan
+    from spc.tuning.bisect import bisect as run_bisect
+
+    files = _inputs(inputs)
+    result = run_bisect(read_plan(safe), safe, read_plan(fast), files, onnx_path,
+                        log=(lambda line: None) if as_json else (lambda line: click.echo(line, err=True)))
+    if as_json:
+        click.echo(json.dumps({"message": result.message, "culprits": [vars(d) for d in result.culprits],
+                               "differences": [vars(d) for d in result.differences],
+                               "safe": vars(result.safe), "fast": vars(result.fast)}, indent=1))
+        return
+    click.echo(result.message)
+    for d in result.culprits:
+        click.echo(f"  {d}")
+
+
 if __name__ == "__main__":
     main()

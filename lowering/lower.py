@@ -220,6 +220,7 @@ def lower(g: Graph, probes: dict[str, str] | None = None) -> tuple[Program, dict
         if fn is None:
             raise SpcError(f"node {n.name} ({n.op.name}) is placed on the device but has no ttnn lowering; "
                            "report it with the dump from --dump-dir")
+        first = len(em.ops)
         out = fn(em, n, ins)
         want = n.attrs.get("output_dtype")
         if want and n.op.name != "spc.Conv2d" and em.dtypes[out] != want:
@@ -229,6 +230,8 @@ def lower(g: Graph, probes: dict[str, str] | None = None) -> tuple[Program, dict
             last.output = out + "/computed"
             em.layouts[last.output], em.dtypes[last.output] = em.layouts[out], em.dtypes[out]
             em.emit("ttnn.typecast", [last.output], out, em.layouts[out], n.name, store=want, dtype=want)
+        for op in em.ops[first:]:
+            op.block = n.attrs.get("block", n.name)
         names[id(n.output)] = out
     consts.update(em.weights)
     readers = [n for n in g.nodes if n.placement is Placement.HOST_POST]

@@ -49,6 +49,7 @@ class TtOp:
     weights: dict[str, str] = field(default_factory=dict)
     source: str = ""  # the IR node this call comes from
     dtype: str = "bfloat16"  # how the output is stored on the device
+    block: str = ""  # the precision block of that node (ir/precision.py)
 
 
 @dataclass

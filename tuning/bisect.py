@@ -1,0 +1,138 @@
+"""`spc bisect SAFE.ttplan FAST.ttplan INPUT...`: which precision differences cost the accuracy.
+
+Both plans must come from the same ONNX and lower to the same ttnn calls; they may differ only
+in per-block precision (weights format, fidelity, accumulation, output format). Hybrids take
+SAFE's program with FAST's settings on a subset of blocks. "Loses accuracy" means the same as
+for ``--precision auto``: keypoint F1 (median over the inputs) more than 0.01 below SAFE's, or
+descriptor PCC (worst input) more than 0.001 below, both against onnxruntime.
+
+The answer is 1-minimal: every block in it is needed (removing any one restores accuracy).
+Single blocks that fail on their own are reported first; otherwise differences are removed
+one at a time from the full set while it still fails.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from spc.errors import SpcError
+from spc.lowering.plan import Plan
+from spc.runtime.check import OrtReference, compare, find_source
+from spc.runtime.inputs import load_input
+from spc.runtime.runner import Runner
+from spc.tuning.precision_search import Score
+from spc.tuning.thresholds import Thresholds
+
+PRECISION_ARGS = ("conv_config", "compute_config", "dtype")
+
+
+@dataclass
+class Difference:
+    block: str
+    safe: str
+    fast: str
+
+    def __str__(self) -> str:
+        return f"{self.block}: {self.safe} -> {self.fast}"
+
+
+@dataclass
+class BisectResult:
+    safe: Score
+    fast: Score
+    culprits: list[Difference]
+    differences: list[Difference]
+    message: str
+
+
+def _setting(op) -> str:
+    a = op.args
+    cc, conv = a.get("compute_config", {}), a.get("conv_config", {})
+    parts = [f"out:{op.dtype}"]
+    if conv:
+        parts = [f"w:{conv.get('weights_dtype')}", cc.get("math_fidelity", ""),
+                 "fp32acc" if cc.get("fp32_dest_acc_en") else "bf16acc",
+                 "l1acc" if cc.get("packer_l1_acc") else "no-l1acc", *parts]
+    return " ".join(parts)
+
+
+def differences(safe: Plan, fast: Plan) -> list[Difference]:
+    if safe.manifest.get("source", {}).get("sha256") != fast.manifest.get("source", {}).get("sha256"):
+        raise SpcError("the two plans were compiled from different ONNX files")
+    a, b = safe.program.device_ops, fast.program.device_ops
+    if [(o.op, o.block) for o in a] != [(o.op, o.block) for o in b]:
+        raise SpcError("the two plans lower to different ttnn programs; bisect compares precision only "
+                       "(compile both from the same ONNX with the same options but precision)")
+    out: dict[str, Difference] = {}
+    for x, y in zip(a, b):
+        if _setting(x) != _setting(y) and x.block not in out:
+            out[x.block] = Difference(x.block, _setting(x), _setting(y))
+    return list(out.values())
+
+
+def hybrid(safe: Plan, fast: Plan, blocks: set[str]) -> Plan:
+    """SAFE's program with FAST's precision on ``blocks``."""
+    program = copy.deepcopy(safe.program)
+    for op, theirs in zip(program.device_ops, fast.program.device_ops):
+        if op.block in blocks:
+            for key in PRECISION_ARGS:
+                if key in theirs.args:
+                    op.args[key] = copy.deepcopy(theirs.args[key])
+            op.dtype = theirs.dtype
+    return Plan(safe.manifest, program, safe.weights, safe.ir_text)
+
+
+def bisect(safe: Plan, safe_path: Path, fast: Plan, files: list[Path], onnx: Path | None = None,
+           thresholds: Thresholds | None = None, log: Callable[[str], None] = print) -> BisectResult:
+    thresholds = thresholds or Thresholds()
+    diffs = differences(safe, fast)
+    if not diffs:
+        raise SpcError("the two plans have the same precision everywhere: nothing to bisect")
+    src = find_source(safe, safe_path, onnx)
+    maps = {role: t.name for role, t in safe.program.probes.items()}
+    ref = OrtReference(src, list(maps.values()))
+    maps = {role: name for role, name in maps.items() if name in ref.extra}
+    shape = [int(d) for d in safe.program.inputs[0].shape]
+    inputs = [load_input(f, shape) for f in files]
+    refs = [ref.run(x) for x in inputs]
+
+    def score(plan: Plan) -> Score:
+        with Runner(plan) as runner:
+            reports = [compare("x", runner.run(x, dense=True), r, maps, shape[3], shape[2])
+                       for x, r in zip(inputs, refs)]
+        return Score(statistics.median(r.f1 for r in reports), min(r.descriptor_pcc for r in reports),
+                     min(r.score_pcc for r in reports), 0.0)
+
+    base = score(safe)
+    min_f1 = thresholds.min_f1 if thresholds.min_f1 is not None else base.f1 - thresholds.f1_drop
+    min_desc = (thresholds.min_desc_pcc if thresholds.min_desc_pcc is not None
+                else base.descriptor_pcc - thresholds.desc_pcc_drop)
+
+    def fails(blocks: set[str], what: str) -> bool:
+        s = score(hybrid(safe, fast, blocks))
+        bad = not s.passes(min_f1, min_desc)
+        log(f"  {'fails' if bad else 'holds'}  F1 {s.f1:.4f}  desc PCC {s.descriptor_pcc:.5f}  {what}")
+        return bad
+
+    log(f"  safe: F1 {base.f1:.4f}, desc PCC {base.descriptor_pcc:.5f}; thresholds F1 >= {min_f1:.4f}, "
+        f"desc PCC >= {min_desc:.5f}; {len(diffs)} differing block(s)")
+    everything = {d.block for d in diffs}
+    full = score(fast)
+    if full.passes(min_f1, min_desc):
+        return BisectResult(base, full, [], diffs, "FAST keeps accuracy on these inputs: nothing to blame")
+    singles = [d for d in diffs if fails({d.block}, d.block)]
+    if singles:
+        return BisectResult(base, full, singles, diffs,
+                            f"{len(singles)} block(s) lose accuracy on their own")
+    keep = set(everything)
+    for d in diffs:
+        trial = keep - {d.block}
+        if trial and fails(trial, f"without {d.block}"):
+            keep = trial
+    culprits = [d for d in diffs if d.block in keep]
+    return BisectResult(base, full, culprits, diffs,
+                        f"these {len(culprits)} block(s) together lose accuracy; each is needed")
