@@ -106,6 +106,15 @@ class PrecisionPlan:
     def describe(self) -> dict[str, Any]:
         return {"preset": self.preset, "rules": [{"blocks": p, **dict(c)} for p, c in self.rules]}
 
+    @staticmethod
+    def from_description(d: dict[str, Any]) -> PrecisionPlan:
+        """The inverse of :meth:`describe` (e.g. the plan `--precision auto` chose, from a manifest)."""
+        plan = PrecisionPlan(d["preset"])
+        for rule in d.get("rules", []):
+            changes = {k: v for k, v in rule.items() if k != "blocks"}
+            plan = plan.with_rule(rule["blocks"], **changes)
+        return plan
+
 
 def load_precision_config(path: Path, preset: str | None = None) -> PrecisionPlan:
     """Read a TOML precision file; ``preset`` (from the command line) wins over the file's."""

@@ -36,6 +36,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="480x640")
     ap.add_argument("--work", type=Path, default=Path("bench-out"))
+    ap.add_argument("--with-auto", action="store_true",
+                    help="also `--precision auto` (runs the search on the shipped calibration images first)")
     ap.add_argument("--with-bf16-dest", action="store_true",
                     help="also ttnn's conv default (bf16 DST): slow to emulate (every 16-K rewrite of DST)")
     args = ap.parse_args()
@@ -62,6 +64,12 @@ def main() -> int:
         if not path.exists():
             Image.fromarray(getattr(data, name)()).save(path)
         files.append(path)
+    if args.with_auto:
+        from spc.compiler import AutoPrecision
+
+        found = compile_onnx(src, args.work / "cliff_auto.ttplan", auto=AutoPrecision(log=lambda line: None))
+        chosen = read_plan(found.plan).manifest["precision_search"]["chosen"]
+        configs.append(("`auto` (searched on tuning/calibration/)", PrecisionPlan.from_description(chosen)))
     print(f"{h}x{w}, {len(files)} images, against onnxruntime fp32\n")
     print("| precision | min score PCC | min descriptor PCC | F1 median (min) | predicted device ms | emu s/frame |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -27,7 +27,8 @@ def synthetic(sensitive: dict[str, int]):
                 f1 -= 0.05
             if p.weights_dtype.endswith("_b") and b in sensitive:
                 f1 -= 0.05
-        return Score(f1=f1, descriptor_pcc=0.999, score_pcc=0.999, device_ms=cost)
+        return Score(f1=f1, descriptor_pcc=0.999, score_pcc=0.999, device_ms=cost, f1s=(f1, f1 + 0.01),
+                     descriptor_pccs=(0.999, 0.999))
     return score
 
 
@@ -36,12 +37,25 @@ def test_keeps_sensitive_blocks_and_cheapens_the_rest() -> None:
     chosen = {b: result.plan.for_block(b) for b in BLOCKS}
     assert chosen["head"].math_fidelity == "HiFi4" and chosen["head"].weights_dtype == "bfloat16"
     assert chosen["enc.a"].weights_dtype == "bfloat4_b" and chosen["enc.a"].math_fidelity == "LoFi"
-    assert result.score.f1 >= result.min_f1 and result.score.device_ms < result.reference.device_ms
+    assert result.score.f1 >= result.reference.f1 - 0.01 and result.score.device_ms < result.reference.device_ms
 
 
 def test_takes_a_whole_preset_when_it_passes() -> None:
     result = search_plans(BLOCKS, synthetic({}), Thresholds(), log=lambda s: None)
     assert result.plan == PrecisionPlan("fast") and "fast" in result.message
+
+
+def test_says_so_when_nothing_cheaper_passes() -> None:
+    everything = {b: 4 for b in BLOCKS}
+    result = search_plans(BLOCKS, synthetic(everything), Thresholds(), log=lambda s: None)
+    assert result.plan == PrecisionPlan("accurate") and "no plan cheaper" in result.message
+
+
+def test_gate_is_paired_per_input() -> None:
+    ref = Score(0.95, 0.999, 0.999, 1.0, f1s=(0.90, 0.95, 0.99), descriptor_pccs=(0.999,) * 3)
+    # the median holds (0.95) but one input drops 0.03 below its own reference: fails
+    worse = Score(0.95, 0.999, 0.999, 0.5, f1s=(0.93, 0.95, 0.96), descriptor_pccs=(0.999,) * 3)
+    assert worse.passes(ref.f1 - 0.01, 0.998) and not worse.within(ref, 0.01, 0.001)
 
 
 def test_says_so_when_even_accurate_misses_absolute_thresholds() -> None:

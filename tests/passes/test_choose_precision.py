@@ -68,6 +68,11 @@ def test_output_dtype_of_a_post_op_casts(tmp_path: Path) -> None:
     assert program.device_ops[-2].output == "n/computed"
 
 
+def test_plan_description_round_trips() -> None:
+    plan = PrecisionPlan("balanced").with_rule("enc*", weights_dtype="bfloat8_b").with_rule("l2norm", output_dtype="float32")
+    assert PrecisionPlan.from_description(plan.describe()) == plan
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ('preset = "fastest"\n', "not a preset"),
     ('[blocks."x"]\nmath_fidelity = "HiFi5"\n', "math_fidelity = 'HiFi5'"),
