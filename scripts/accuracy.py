@@ -14,8 +14,6 @@ import statistics
 import sys
 from pathlib import Path
 
-IMAGES = ("camera", "astronaut", "coffee", "chelsea", "rocket", "brick")
-
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -24,27 +22,17 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path("bench-out"))
     args = ap.parse_args()
 
-    from PIL import Image
-    from skimage import data
+    from evalset import evaluation_images, exported
 
     from spc.compiler import compile_onnx
-    from spc.frontend.export import export_onnx
     from spc.lowering.plan import read_plan
     from spc.runtime.check_files import check_files
 
-    args.work.mkdir(parents=True, exist_ok=True)
-    files = []
-    for name in IMAGES:
-        path = args.work / f"{name}.png"
-        if not path.exists():
-            Image.fromarray(getattr(data, name)()).save(path)
-        files.append(path)
+    files = evaluation_images(args.work)
     variants = [False, True] if args.single_pass else [False]
     for size in args.size or ["480x640"]:
         h, w = (int(v) for v in size.split("x"))
-        src = args.work / f"superpoint_{h}x{w}.onnx"
-        if not src.exists():
-            export_onnx(src, h, w)
+        src = exported(args.work, h, w)
         for single in variants:
             plan_path = args.work / f"superpoint_{h}x{w}{'_single' if single else ''}.ttplan"
             compile_onnx(src, plan_path, nms_single_pass=single)

@@ -39,18 +39,14 @@ def main() -> int:
 
     import numpy as np
     import onnxruntime as ort
-    from skimage import data
+    from evalset import evaluation_images, exported
 
     from spc.compiler import compile_onnx
-    from spc.frontend.export import export_onnx
     from spc.lowering.plan import read_plan
     from spc.runtime.inputs import load_input
     from spc.runtime.runner import Runner
 
-    args.work.mkdir(parents=True, exist_ok=True)
-    src = args.work / f"superpoint_{args.height}x{args.width}.onnx"
-    if not src.exists():
-        export_onnx(src, args.height, args.width)
+    src = exported(args.work, args.height, args.width)
     plan_path = src.with_suffix(".ttplan")
 
     compile_onnx(src, plan_path)  # warm: the in-process row is the steady state, the command row is cold
@@ -68,11 +64,7 @@ def main() -> int:
 
     ort_build_s, session = timed(build_ort, 3)
 
-    image = args.work / "astronaut.png"
-    if not image.exists():
-        from PIL import Image
-
-        Image.fromarray(data.astronaut()).save(image)
+    (image,) = evaluation_images(args.work, ("astronaut",))
     x = load_input(image, [1, 3, args.height, args.width])
     plan = read_plan(plan_path)
     torch_t0 = time.perf_counter()

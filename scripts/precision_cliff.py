@@ -16,11 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from PIL import Image
-
 from spc.ir.precision import PrecisionPlan
-
-IMAGES = ("camera", "astronaut", "coffee", "chelsea", "rocket", "brick")
 
 CONFIGS: list[tuple[str, PrecisionPlan]] = [
     ("LoFi + bfp8 weights everywhere (`fast`)", PrecisionPlan("fast")),
@@ -46,24 +42,15 @@ def main() -> int:
         configs.insert(3, ("ttnn's conv default: HiFi4, bf16 DST, no L1 acc",
                            PrecisionPlan("accurate").with_rule("*", fp32_dest_acc_en=False, packer_l1_acc=False)))
 
-    from skimage import data
+    from evalset import evaluation_images, exported
 
     from spc.compiler import compile_onnx
-    from spc.frontend.export import export_onnx
     from spc.lowering.plan import read_plan
     from spc.runtime.check_files import check_files
 
     h, w = (int(v) for v in args.size.split("x"))
-    args.work.mkdir(parents=True, exist_ok=True)
-    src = args.work / f"superpoint_{h}x{w}.onnx"
-    if not src.exists():
-        export_onnx(src, h, w)
-    files = []
-    for name in IMAGES:
-        path = args.work / f"{name}.png"
-        if not path.exists():
-            Image.fromarray(getattr(data, name)()).save(path)
-        files.append(path)
+    src = exported(args.work, h, w)
+    files = evaluation_images(args.work)
     if args.with_auto:
         from spc.compiler import AutoPrecision
 
