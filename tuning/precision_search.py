@@ -11,8 +11,8 @@ the predicted device time (lowering/cost.py):
 
 1. `accurate`, to anchor the thresholds, then the presets `fast` and `balanced`; the cheapest
    that passes is the starting point.
-2. Sensitivity: for each convolution block, most expensive first, the cheapest cheaper
-   setting that passes with every other block left as it is.
+2. Sensitivity: for each convolution block, in graph order, the cheapest cheaper setting that
+   passes with every other block left as it is.
 3. Combination: all of those at once; if that fails, add them one at a time, biggest saving
    first, keeping each only if the plan still passes.
 
