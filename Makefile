@@ -7,8 +7,12 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# ttnn 0.81.1 wheels exist for Python 3.10/3.12 only: a second venv runs the ttnn backends
+PY312 ?= $(shell pyenv root 2>/dev/null)/versions/3.12.1/bin/python
+TTNN_VENV := .venv-ttnn
+TTNN_STAMP := $(TTNN_VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench mock-env clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,11 +26,22 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) lint
+# the real ttnn library, its mock Blackhole p150 harness, and spc (numpy + ttnn only at run time)
+$(TTNN_STAMP): pyproject.toml runtime/ttnn_mock/harness.py runtime/ttnn_mock/fake_riscv_gxx.py
+	$(PY312) -m venv $(TTNN_VENV)
+	$(TTNN_VENV)/bin/pip install -q --upgrade "pip>=23"
+	$(TTNN_VENV)/bin/pip install -q ttnn==0.81.1 safetensors==0.8.0 click==8.5.1 rich==15.0.0 pillow==13.0.0
+	$(TTNN_VENV)/bin/pip install -q --no-deps -e .
+	cd $(TTNN_VENV) && ./bin/python -m spc.runtime.ttnn_mock.harness
+	touch $(TTNN_STAMP)
+
+mock-env: $(TTNN_STAMP)
+
+test: $(STAMP) $(TTNN_STAMP) lint
 	$(BIN)/pytest
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py
 
 clean:
-	rm -rf $(VENV) demo-out
+	rm -rf $(VENV) $(TTNN_VENV) demo-out

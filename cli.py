@@ -122,6 +122,20 @@ def compile_(source: Path, output: Path | None, dump_dir: Path | None, print_ir_
         click.echo(f"dumps in {dump_dir}/ (summary.txt)")
 
 
+def _ttnn_interpreter() -> None:
+    """The ttnn backends need ttnn, which exists for Python 3.10/3.12 only: when this interpreter
+    lacks it, run the same command under the project's ttnn environment (`make mock-env`)."""
+    import importlib.util
+
+    if importlib.util.find_spec("ttnn") is not None:
+        return
+    python = os.environ.get("SPC_TTNN_PYTHON") or str(Path(__file__).resolve().parent / ".venv-ttnn" / "bin" / "python")
+    if not Path(python).exists():
+        raise SpcError("the ttnn backends need ttnn 0.81.1 (Python 3.10/3.12): run `make mock-env`, or set "
+                       "SPC_TTNN_PYTHON to a Python that has it")
+    os.execv(python, [python, "-m", "spc.cli", *sys.argv[1:]])
+
+
 def _inputs(paths: tuple[Path, ...]) -> list[Path]:
     from spc.runtime.inputs import expand_paths
 
@@ -137,11 +151,14 @@ def _inputs(paths: tuple[Path, ...]) -> list[Path]:
               help=".npz for one input, a folder for several")
 @click.option("--dense", is_flag=True, help="also save the device's score and descriptor maps")
 @click.option("--viz", type=click.Path(path_type=Path), default=None, help="overlay PNG (a folder for several)")
-@click.option("--backend", default="emu", show_default=True)
+@click.option("--backend", type=click.Choice(["emu", "ttnn-mock", "ttnn"]), default="emu", show_default=True,
+              help="emu: CPU with device numerics; ttnn-mock: real ttnn on a mock p150 (validation only)")
 @_one_line_errors
 def run(plan: Path, inputs: tuple[Path, ...], output: Path | None, dense: bool, viz: Path | None,
         backend: str) -> None:
     """Run a plan on images or .npy inputs; write the model's outputs as .npz."""
+    if backend.startswith("ttnn"):
+        _ttnn_interpreter()
     from spc.lowering.plan import read_plan
     from spc.runtime.run_files import run_files
 

@@ -117,7 +117,9 @@ def _score_fold(em: Emitter, n: Node, ins: list[str]) -> str:
     t = em.emit("ttnn.to_layout", [t], base + "/row_major", kept, n.name, layout="ROW_MAJOR_LAYOUT")
     t = em.emit("ttnn.reshape", [t], base + "/cells", kept, n.name, shape=[src.n, src.h, src.w, cell, cell])
     t = em.emit("ttnn.permute", [t], base + "/interleave", kept, n.name, dims=[0, 1, 3, 2, 4])
-    return em.emit("ttnn.reshape", [t], base, out, n.name, shape=out.device_shape)
+    # one channel per page is not L1-aligned as a shard: ttnn needs this view interleaved
+    # (interleaved_to_sharded_op.cpp "Shard page size must currently have L1 aligned page size")
+    return em.emit("ttnn.reshape", [t], base, out, n.name, shape=out.device_shape, memory_config="DRAM_INTERLEAVED")
 
 
 @lowers("spc.Nms")
@@ -129,8 +131,10 @@ def _nms(em: Emitter, n: Node, ins: list[str]) -> str:
     lay = _layout(x)
     r = int(n.attrs["radius"])
     base = n.output.name
+    # max_pool2d's default output is height-sharded with non-tile shards, which the element-wise
+    # ops after it reject (tensor_layout.cpp "Physical shard shape ... must be tile sized"): interleave
     pool = dict(batch_size=lay.n, input_h=lay.h, input_w=lay.w, channels=lay.c, kernel_size=[2 * r + 1] * 2,
-                stride=[1, 1], padding=[r, r], dilation=[1, 1], ceil_mode=False)
+                stride=[1, 1], padding=[r, r], dilation=[1, 1], ceil_mode=False, memory_config="DRAM_INTERLEAVED")
     s = ins[0]
     wmax = em.emit("ttnn.max_pool2d", [s], f"{base}/max0", lay, n.name, **pool)
     mask = em.emit("ttnn.eq", [s, wmax], f"{base}/mask0", lay, n.name)

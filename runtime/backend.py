@@ -24,7 +24,7 @@ class Backend(Protocol):
     def prepare(self, program: Program, weights: dict[str, np.ndarray]) -> PreparedProgram: ...
 
 
-BACKENDS = ("emu",)
+BACKENDS = ("emu", "ttnn-mock", "ttnn")
 
 
 def get_backend(name: str) -> Backend:
@@ -32,4 +32,8 @@ def get_backend(name: str) -> Backend:
         from spc.runtime.emu import EmuBackend
 
         return EmuBackend()
-    raise SpcError(f"unknown backend {name!r} (available here: {', '.join(BACKENDS)})")
+    if name in ("ttnn", "ttnn-mock"):
+        from spc.runtime.ttnn_backend import TtnnBackend
+
+        return TtnnBackend(mock=name == "ttnn-mock")
+    raise SpcError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})")

@@ -29,6 +29,22 @@ def small_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def exports(tmp_path_factory: pytest.TempPathFactory):
+    """export(h, w) -> the HF model exported at that size, once per session."""
+    from spc.frontend.export import export_onnx
+
+    folder = tmp_path_factory.mktemp("exports")
+    done: dict[tuple[int, int], Path] = {}
+
+    def export(h: int, w: int) -> Path:
+        if (h, w) not in done:
+            done[(h, w)] = export_onnx(folder / f"sp_{h}x{w}.onnx", h, w)
+        return done[(h, w)]
+
+    return export
+
+
+@pytest.fixture(scope="session")
 def small_plan(small_onnx: Path) -> Path:
     from spc.compiler import compile_onnx
 

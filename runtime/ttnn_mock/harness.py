@@ -1,0 +1,133 @@
+"""Prepare the real ttnn 0.81.1 library to run against a mock Blackhole p150.
+
+tt-metal's mock cluster mode (TT_METAL_MOCK_CLUSTER_DESC_PATH) mocks every driver call, so
+`ttnn.open_device` runs the real host stack — op validation, program factories, the L1
+allocator, circular-buffer checks — and nothing executes (values read back are zeros). What
+the PyPI wheel lacks, this module supplies, in ``home`` (default ``.venv-ttnn/mock``):
+
+* a runtime root: a symlink overlay of the installed ``ttnn`` package (TT_METAL_RUNTIME_ROOT)
+  in which the firmware build key the mock p150 asks for links to a shipped Blackhole firmware
+  folder (the key is discovered by opening once, not hard-coded: it depends on the descriptor,
+  the dispatch mode and even the compiler's --version banner);
+* a stand-in for the SFPI compiler (fake_riscv_gxx.py: empty objects, minimal kernel ELFs);
+* the environment (``env(home)``), which must be set before ``import ttnn``.
+
+Measured facts behind it: shared/reference/ttnn-without-hardware.md, corrected where this
+machine differed (the build key; the kernel ELF's data load address). Every assumption is
+checked, and a broken one stops with a message saying which: this must never skip silently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+TTNN_VERSION = "0.81.1"
+SHIPPED_BLACKHOLE_FIRMWARE = "10231668919762417454"
+HERE = Path(__file__).resolve().parent
+
+
+class HarnessError(RuntimeError):
+    pass
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("SPC_TTNN_MOCK_HOME") or Path(sys.prefix) / "mock")
+
+
+def env(home: Path) -> dict[str, str]:
+    """The variables ttnn needs, to be set before it is imported."""
+    overrides = {"cache_path": str(home / "ttnn-cache"), "model_cache_path": str(home / "ttnn-cache" / "models"),
+                 "tmp_dir": str(home / "ttnn-tmp"), "root_report_path": str(home / "reports")}
+    return {
+        "TT_METAL_MOCK_CLUSTER_DESC_PATH": str(HERE / "p150_cluster_desc.yaml"),
+        "TT_METAL_RUNTIME_ROOT": str(home / "root") + "/",
+        "TT_METAL_CACHE": str(home / "cache") + "/",
+        "TTNN_CONFIG_OVERRIDES": json.dumps(overrides, sort_keys=True),
+        "TT_LOGGER_LEVEL": os.environ.get("TT_LOGGER_LEVEL", "ERROR"),
+        "LOGURU_LEVEL": os.environ.get("LOGURU_LEVEL", "WARNING"),  # ttnn logs its config at import
+    }
+
+
+def _package_dir() -> Path:
+    import importlib.metadata
+    import importlib.util
+
+    spec = importlib.util.find_spec("ttnn")
+    if spec is None or spec.origin is None:
+        raise HarnessError("ttnn is not installed in this interpreter; run `make mock-env`")
+    version = importlib.metadata.version("ttnn")
+    if version != TTNN_VERSION:
+        raise HarnessError(f"ttnn {version} is installed; the mock harness is built for {TTNN_VERSION} only")
+    return Path(spec.origin).parent
+
+
+def _overlay(pkg: Path, root: Path) -> None:
+    """root/ mirrors the package by symlinks, with the two places we add to made real folders."""
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    for entry in pkg.iterdir():
+        if entry.name not in ("tt_metal", "runtime"):
+            (root / entry.name).symlink_to(entry)
+    (root / "tt_metal" / "pre-compiled").mkdir(parents=True)
+    for entry in (pkg / "tt_metal").iterdir():
+        if entry.name != "pre-compiled":
+            (root / "tt_metal" / entry.name).symlink_to(entry)
+    for entry in (pkg / "tt_metal" / "pre-compiled").iterdir():
+        (root / "tt_metal" / "pre-compiled" / entry.name).symlink_to(entry)
+    (root / "runtime").mkdir()
+    for entry in (pkg / "runtime").iterdir():
+        (root / "runtime" / entry.name).symlink_to(entry)
+    compiler = root / "runtime" / "sfpi" / "compiler" / "bin"
+    compiler.mkdir(parents=True)
+    (compiler / "riscv-tt-elf-g++").symlink_to(HERE / "fake_riscv_gxx.py")
+
+
+_PROBE = "import ttnn\nd = ttnn.open_device(device_id=0, l1_small_size=0, trace_region_size=0)\nttnn.close_device(d)\n"
+
+
+def prepare(home: Path | None = None) -> dict[str, str]:
+    """Build (or reuse) the overlay in ``home`` and return the environment; idempotent."""
+    home = (home or default_home()).resolve()
+    pkg = _package_dir()
+    firmware = pkg / "tt_metal" / "pre-compiled" / SHIPPED_BLACKHOLE_FIRMWARE
+    if not (firmware / "active_erisc").is_dir() or not (firmware / "drisc").is_dir():
+        raise HarnessError(f"the ttnn wheel no longer ships Blackhole firmware {SHIPPED_BLACKHOLE_FIRMWARE}")
+    variables = env(home)
+    stamp = home / "ready.json"
+    if stamp.exists() and json.loads(stamp.read_text()).get("package") == str(pkg):
+        return variables
+    root = home / "root"
+    _overlay(pkg, root)
+    # the build key is discovered, not assumed: open once in a throw-away cache and read the
+    # name of the folder tt-metal creates for it
+    for _ in range(2):
+        with tempfile.TemporaryDirectory(dir=home) as probe:
+            run_env = {**os.environ, **variables, "TT_METAL_CACHE": probe + "/"}
+            proc = subprocess.run([sys.executable, "-c", _PROBE], env=run_env, cwd=probe, capture_output=True,
+                                  text=True, check=False)
+            keys = [p.name[len("tt-metal-cache"):] for p in Path(probe).glob("tt-metal-cache*")]
+            keys = [k for k in keys if k.isdigit()]  # tt-metal-cache/ itself holds precompiled headers
+        if proc.returncode == 0:
+            home.mkdir(parents=True, exist_ok=True)
+            stamp.write_text(json.dumps({"package": str(pkg), "ttnn": TTNN_VERSION}))
+            return variables
+        if not keys or (root / "tt_metal" / "pre-compiled" / keys[0]).exists():
+            tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+            raise HarnessError(f"opening the mock p150 failed ({tail}); the harness's assumptions about "
+                               f"ttnn {TTNN_VERSION} no longer hold")
+        (root / "tt_metal" / "pre-compiled" / keys[0]).symlink_to(firmware)
+    raise HarnessError("opening the mock p150 still fails after linking its firmware key")
+
+
+if __name__ == "__main__":
+    try:
+        print(json.dumps(prepare(Path(sys.argv[1]) if len(sys.argv) > 1 else None), indent=1))
+    except HarnessError as exc:
+        sys.exit(f"mock harness: {exc}")
