@@ -29,6 +29,13 @@ def ttnn_python() -> str:
     return python
 
 
+def rewrite(plan, path: Path) -> Path:
+    """Write an edited plan as a valid .ttplan (fresh hashes), to test what ttnn makes of it."""
+    manifest = {k: v for k, v in plan.manifest.items() if k not in ("members", "format", "format_version")}
+    write_plan(path, plan.program, plan.weights, plan.ir_text, manifest)
+    return path
+
+
 def run(python: str, *args: object) -> subprocess.CompletedProcess:
     return subprocess.run([python, "-m", "spc.cli", *map(str, args)], capture_output=True, text=True, check=False,
                           cwd=ROOT)
@@ -73,12 +80,38 @@ def test_a_call_ttnn_rejects_fails_in_one_line(ttnn_python: str, small_plan: Pat
     plan = read_plan(small_plan)
     first = plan.program.device_ops[0]
     first.args["in_channels"] = 3  # the image has 1 channel: ttnn's own checks must refuse it
-    broken = tmp_path / "broken.ttplan"
-    manifest = {k: v for k, v in plan.manifest.items() if k not in ("members", "format", "format_version")}
-    write_plan(broken, plan.program, plan.weights, plan.ir_text, manifest)
+    broken = rewrite(plan, tmp_path / "broken.ttplan")
     out = tmp_path / "never.npz"
     done = run(ttnn_python, "run", broken, images["camera"], "-o", out, "--backend", "ttnn-mock")
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1, done.stderr
     assert lines[-1].startswith("spc: error: ttnn rejected ttnn.conv2d for block encoder.conv_blocks.0.conv_a:")
     assert not out.exists()
+
+
+def test_calls_are_spelled_as_ttnn_spells_them(ttnn_python: str, small_onnx: Path, small_plan: Path,
+                                               images: dict[str, Path], tmp_path: Path) -> None:
+    """Every keyword of every call, and every config field, against ttnn's nanobind signatures;
+    a plan with a ttnn.typecast (an output-format override) is checked and run as well."""
+    from spc.compiler import compile_onnx
+    from spc.ir.precision import PrecisionPlan
+
+    cast = tmp_path / "cast.ttplan"
+    compile_onnx(small_onnx, cast, precision=PrecisionPlan("accurate").with_rule("l2norm", output_dtype="float32"))
+    assert "ttnn.typecast" in [op.op for op in read_plan(cast).program.device_ops]
+    for plan in (small_plan, cast):
+        done = subprocess.run([ttnn_python, "-m", "spc.runtime.ttnn_signatures", plan], capture_output=True,
+                              text=True, check=False, cwd=ROOT)
+        assert done.returncode == 0 and "0 signature mismatch(es)" in done.stdout, done.stdout + done.stderr
+    done = run(ttnn_python, "run", cast, images["camera"], "-o", tmp_path / "cast.npz", "--backend", "ttnn-mock")
+    assert done.returncode == 0, done.stderr
+
+    plan = read_plan(small_plan)
+    plan.program.device_ops[0].args["bogus_keyword"] = 1
+    plan.program.device_ops[0].args["conv_config"]["bogus_field"] = True
+    bad = rewrite(plan, tmp_path / "bad.ttplan")
+    done = subprocess.run([ttnn_python, "-m", "spc.runtime.ttnn_signatures", bad], capture_output=True, text=True,
+                          check=False, cwd=ROOT)
+    assert done.returncode == 1
+    assert "no overload takes" in done.stdout and "bogus_keyword" in done.stdout
+    assert "conv_config fields" in done.stdout and "bogus_field" in done.stdout
