@@ -196,6 +196,20 @@ def check(plan: Path, inputs: tuple[Path, ...], onnx_path: Path | None, as_json:
         sys.exit(1)
 
 
+@main.command(name="emit-py")
+@click.argument("plan", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("program.py"), show_default=True)
+@_one_line_errors
+def emit_py(plan: Path, output: Path) -> None:
+    """Write the plan's device stage as a standalone Python program calling ttnn."""
+    from spc.files import atomic_write
+    from spc.lowering.emit_py import emit_py as emit
+    from spc.lowering.plan import read_plan
+
+    atomic_write(output, emit(read_plan(plan)).encode())
+    click.echo(f"wrote {output}")
+
+
 @main.command()
 @click.argument("safe", type=click.Path(path_type=Path))
 @click.argument("fast", type=click.Path(path_type=Path))

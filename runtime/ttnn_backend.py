@@ -20,6 +20,7 @@ import numpy as np
 
 from spc.errors import SpcError
 from spc.lowering.program import Program, TtOp
+from spc.lowering.ttnn_calls import ARCH, DEVICE, Attr, Call, Ref, Weight, describe
 
 # Arguments sized for this network at up to 720x1280 on a p150 (measured on the mock device:
 # l1_small 8 KiB fails in the encoder, 16 KiB passes).
@@ -61,91 +62,46 @@ class TtnnProgram:
             self.close()
             raise
 
-    # -- the mapping from program calls to ttnn ------------------------------------------------
-    def _enum(self, name: str) -> Any:
-        t = self.ttnn
-        table = {"bfloat16": t.bfloat16, "float32": t.float32, "bfloat8_b": t.bfloat8_b, "bfloat4_b": t.bfloat4_b,
-                 "TILE": t.TILE_LAYOUT, "ROW_MAJOR_LAYOUT": t.ROW_MAJOR_LAYOUT, "TILE_LAYOUT": t.TILE_LAYOUT,
-                 "HEIGHT_SHARDED": t.TensorMemoryLayout.HEIGHT_SHARDED,
-                 "WIDTH_SHARDED": t.TensorMemoryLayout.WIDTH_SHARDED,
-                 "BLOCK_SHARDED": t.TensorMemoryLayout.BLOCK_SHARDED,
-                 "DRAM_INTERLEAVED": t.DRAM_MEMORY_CONFIG, "L1_INTERLEAVED": t.L1_MEMORY_CONFIG}
-        try:
-            return table[name]
-        except KeyError:
-            raise SpcError(f"the ttnn backend does not know {name!r}") from None
+    # -- evaluating call descriptions (lowering/ttnn_calls.py) ----------------------------------
+    def _bind(self, op: TtOp) -> Callable[[dict[str, Any]], Any]:
+        spec = describe(op)
 
-    def _memory(self, a: dict[str, Any]) -> dict[str, Any]:
-        return {"memory_config": self._enum(a["memory_config"])} if a.get("memory_config") else {}
-
-    def _conv(self, op: TtOp) -> Callable[[list[Any]], Any]:
-        t, a = self.ttnn, op.args
-        cc, conv = a["compute_config"], dict(a["conv_config"])
-        activation = conv.pop("activation", None)
-        conv_config = t.Conv2dConfig(
-            weights_dtype=self._enum(conv["weights_dtype"]), shard_layout=self._enum(conv["shard_layout"]),
-            output_layout=self._enum(conv["output_layout"]), deallocate_activation=conv["deallocate_activation"],
-            **({"activation": t.UnaryWithParam(t.UnaryOpType.RELU)} if activation == "relu" else {}))
-        compute_config = t.init_device_compute_kernel_config(
-            self.device.arch(), math_fidelity=getattr(t.MathFidelity, cc["math_fidelity"]),
-            fp32_dest_acc_en=cc["fp32_dest_acc_en"], packer_l1_acc=cc["packer_l1_acc"])
-        w = self.weights[op.weights["weight_tensor"]].astype(np.float32)
-        host_w = t.Tensor(w, data_type=t.float32, layout=t.ROW_MAJOR_LAYOUT)
-        host_b = None
-        if "bias_tensor" in op.weights:
-            b = self.weights[op.weights["bias_tensor"]].astype(np.float32).reshape(1, 1, 1, -1)
-            host_b = t.Tensor(b, data_type=t.float32, layout=t.ROW_MAJOR_LAYOUT)
-
-        def call(ins: list[Any]) -> Any:
-            weight, bias = self.prepared.get(op.output, (host_w, host_b))
-            out, (weight, bias) = t.conv2d(
-                input_tensor=ins[0], weight_tensor=weight, bias_tensor=bias, device=self.device,
-                in_channels=a["in_channels"], out_channels=a["out_channels"], batch_size=a["batch_size"],
-                input_height=a["input_height"], input_width=a["input_width"], kernel_size=a["kernel_size"],
-                stride=a["stride"], padding=a["padding"], dilation=a["dilation"], groups=a["groups"],
-                dtype=self._enum(a["dtype"]), conv_config=conv_config, compute_config=compute_config,
-                return_weights_and_bias=True)
-            self.prepared[op.output] = (weight, bias)
-            return out
+        def call(env: dict[str, Any]) -> Any:
+            result = self._eval(spec, env, op.output)
+            if op.op == "ttnn.conv2d":
+                result, self.prepared[op.output] = result
+            return result
 
         return call
 
-    def _bind(self, op: TtOp) -> Callable[[list[Any]], Any]:
-        t, a = self.ttnn, op.args
-        name = op.op.removeprefix("ttnn.")
-        if name == "conv2d":
-            return self._conv(op)
-        if name == "max_pool2d":
-            keys = ("batch_size", "input_h", "input_w", "channels", "kernel_size", "stride", "padding", "dilation",
-                    "ceil_mode")
-            kw = {k: a[k] for k in keys} | self._memory(a)
-            return lambda ins: t.max_pool2d(ins[0], **kw)
-        if name == "softmax":
-            return lambda ins: t.softmax(ins[0], dim=a["dim"], numeric_stable=a["numeric_stable"])
-        if name == "slice":
-            return lambda ins: t.slice(ins[0], starts=a["starts"], ends=a["ends"], steps=a["steps"])
-        if name == "to_layout":
-            layout = self._enum(a["layout"])
-            return lambda ins: t.to_layout(ins[0], layout)
-        if name == "reshape":
-            mem = self._memory(a)
-            return lambda ins: t.reshape(ins[0], a["shape"], **mem)
-        if name == "permute":
-            return lambda ins: t.permute(ins[0], a["dims"])
-        if name in ("eq", "logical_and", "logical_or", "multiply"):
-            fn = getattr(t, name)
-            return lambda ins: fn(ins[0], ins[1])
-        if name in ("gtz", "logical_not", "rsqrt"):
-            fn = getattr(t, name)
-            return lambda ins: fn(ins[0])
-        if name == "sum":
-            return lambda ins: t.sum(ins[0], dim=a["dim"], keepdim=a["keepdim"])
-        if name == "clamp":
-            return lambda ins: t.clamp(ins[0], min=a.get("min"), max=a.get("max"))
-        if name == "typecast":
-            dtype = self._enum(a["dtype"])
-            return lambda ins: t.typecast(ins[0], dtype)
-        raise SpcError(f"the ttnn backend cannot run {op.op} (from {op.source})")
+    def _eval(self, x: Any, env: dict[str, Any], owner: str) -> Any:
+        t = self.ttnn
+        if isinstance(x, Ref):
+            return env[x.name]
+        if isinstance(x, Attr):
+            value: Any = t
+            for part in x.path.split(".")[1:]:
+                value = getattr(value, part)
+            return value
+        if x is DEVICE:
+            return self.device
+        if x is ARCH:
+            return self.device.arch()
+        if isinstance(x, Weight):
+            prepared = self.prepared.get(owner)
+            if prepared is not None:
+                return prepared[1 if x.bias else 0]
+            array = self.weights[x.key].astype(np.float32)
+            if x.bias:
+                array = array.reshape(1, 1, 1, -1)
+            return t.Tensor(array, data_type=t.float32, layout=t.ROW_MAJOR_LAYOUT)
+        if isinstance(x, Call):
+            fn = self._eval(Attr(x.fn), env, owner)
+            return fn(*[self._eval(a, env, owner) for a in x.args],
+                      **{k: self._eval(v, env, owner) for k, v in x.kwargs.items()})
+        if isinstance(x, list):
+            return [self._eval(v, env, owner) for v in x]
+        return x
 
     # -- running ---------------------------------------------------------------------------------
     def _last_uses(self, keep: set[str]) -> list[list[str]]:
@@ -170,7 +126,7 @@ class TtnnProgram:
             env[spec.name] = t.to_device(host, self.device)
         for (op, call), dead in zip(self.calls, frees):
             try:
-                env[op.output] = call([env[i] for i in op.inputs])
+                env[op.output] = call(env)
                 for name in dead:
                     t.deallocate(env.pop(name))
             except SpcError:
