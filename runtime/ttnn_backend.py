@@ -1,11 +1,11 @@
 """The ``ttnn`` backends: the plan's device program executed by the real ttnn library.
 
-* ``ttnn``: a Tenstorrent device (not validated here: no hardware; no trace capture yet);
+* ``ttnn``: a Tenstorrent device (not validated here: no hardware; call by call, no trace yet);
 * ``ttnn-mock``: a mock Blackhole p150 (runtime/ttnn_mock/harness.py): ttnn's host code validates
   every call, allocates L1 and sizes circular buffers; nothing executes, values come back zero.
 
 Imports only numpy and ttnn (ttnn 0.81.1 exists for Python 3.10/3.12 only; see `make mock-env`).
-Each program call maps to one ttnn call spelled as the API spells it; conv weights go up as
+Each program call is evaluated from its description (lowering/ttnn_calls.py); conv weights go up as
 float32 host tensors and come back prepared from the first run (return_weights_and_bias), so
 later runs reuse them, as the hand-written port does. The device is closed on every exit path.
 """
