@@ -79,7 +79,8 @@ def export(output: Path, height: int, width: int, channels: int, weights: str | 
               help="auto: folder of calibration images (default: the shipped set)")
 @click.option("--min-f1", type=float, default=None, help="auto: absolute keypoint F1 floor")
 @click.option("--min-desc-pcc", type=float, default=None, help="auto: absolute descriptor PCC floor")
-@click.option("--target", default="p150", show_default=True)
+@click.option("--target", type=click.Choice(["p150", "n150", "n300"]), default="p150", show_default=True,
+              help="the chip the plan is for (targets.py)")
 @click.option("--list-passes", is_flag=True, help="list the pipeline and exit")
 @_one_line_errors
 def compile_(source: Path, output: Path | None, dump_dir: Path | None, print_ir_after_all: bool,
@@ -194,6 +195,22 @@ def check(plan: Path, inputs: tuple[Path, ...], onnx_path: Path | None, as_json:
         click.echo(f"spc: check failed on {len(failed)} of {len(reports)} input(s): "
                    + ", ".join(r.input for r in failed), err=True)
         sys.exit(1)
+
+
+@main.command()
+@click.argument("plan", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@_one_line_errors
+def inspect(plan: Path, as_json: bool) -> None:
+    """Show a plan's device program call by call, and its per-frame totals."""
+    from spc.lowering.plan import read_plan
+    from spc.lowering.report import plan_report, print_report
+
+    report = plan_report(read_plan(plan))
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=1))
+    else:
+        print_report(report)
 
 
 @main.command(name="emit-py")

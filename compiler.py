@@ -18,9 +18,8 @@ from spc.lowering.plan import write_plan
 from spc.passes.choose_precision import ChoosePrecision
 from spc.passes.manager import DumpDir, Instrument, PassContext, PassManager, PassRecord, PrintAfterAll
 from spc.passes.pipeline import default_pipeline
+from spc.targets import get_target
 from spc.tuning.thresholds import Thresholds
-
-TARGETS = ("p150",)
 
 
 @dataclass
@@ -64,8 +63,7 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
                  precision: PrecisionPlan | None = None, auto: AutoPrecision | None = None) -> CompileResult:
     """Compile ``src``; with ``auto``, search the precision plan on calibration inputs first
     (tuning/precision_search.py: needs torch and onnxruntime, unlike the rest of compile)."""
-    if target not in TARGETS:
-        raise SpcError(f"--target {target}: unknown target (known: {', '.join(TARGETS)})")
+    chip = get_target(target)
     g = import_onnx(src)
     check_superpoint_input(g, src)
     instruments: list[Instrument] = []
@@ -96,7 +94,7 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
         "outputs": [vars(t) for t in program.outputs],
         "options": {"nms_single_pass": nms_single_pass, "precision": precision.describe()},
         "precision_search": search_report,
-        "predicted_device_ms": round(predicted_ms(program, tensors), 4),
+        "predicted_device_ms": round(predicted_ms(program, tensors, chip), 4),
         "pipeline": [r.name for r in pm.records],
         "notes": ctx.notes,
         "device_ops": len(program.device_ops),

@@ -34,7 +34,8 @@ class Emitter:
              weights: dict[str, str] | None = None, store: str | None = None, **args: Any) -> str:
         """Append a call; its result is stored as ``store``, by default as its first input is."""
         store = store or (self.dtypes.get(inputs[0], INPUT_DTYPE) if inputs else INPUT_DTYPE)
-        self.ops.append(TtOp(op, inputs, output, args, weights or {}, source, store))
+        shape = args.get("shape") or out_layout.device_shape  # a 5-D reshape keeps its own shape
+        self.ops.append(TtOp(op, inputs, output, args, weights or {}, source, store, shape=list(shape)))
         self.layouts[output] = out_layout
         self.dtypes[output] = store
         return output

@@ -50,6 +50,7 @@ class TtOp:
     source: str = ""  # the IR node this call comes from
     dtype: str = "bfloat16"  # how the output is stored on the device
     block: str = ""  # the precision block of that node (ir/precision.py)
+    shape: list[int] = field(default_factory=list)  # the output, in ttnn's device layout
 
 
 @dataclass
