@@ -17,7 +17,7 @@ def pcc(a: np.ndarray, b: np.ndarray) -> float:
     return float((x * y).sum() / den)
 
 
-def top_k(keypoints: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
+def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k best scores (stable: ties keep their order)."""
     order = np.argsort(-scores, kind="stable")
     return order[:k]
@@ -53,7 +53,7 @@ class KeypointAgreement:
 def keypoint_agreement(kp: np.ndarray, sc: np.ndarray, desc: np.ndarray, ref_kp: np.ndarray, ref_sc: np.ndarray,
                        ref_desc: np.ndarray, k: int = 500, radius: float = 2.0) -> KeypointAgreement:
     """Top-k keypoints of each side (pixel coordinates), matched within ``radius``."""
-    ia, ib = top_k(kp, sc, k), top_k(ref_kp, ref_sc, k)
+    ia, ib = top_k(sc, k), top_k(ref_sc, k)
     pairs = match_points(kp[ia], ref_kp[ib], radius)
     p = len(pairs) / len(ia) if len(ia) else 1.0
     r = len(pairs) / len(ib) if len(ib) else 1.0
