@@ -8,7 +8,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # ttnn 0.81.1 wheels exist for Python 3.10/3.12 only: a second venv runs the ttnn backends
-PY312 ?= $(shell pyenv root 2>/dev/null)/versions/3.12.1/bin/python
+PY312 ?= $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.12.1/bin/python \
+                                 $(HOME)/.pyenv/versions/3.12.1/bin/python) \
+                    $(shell command -v python3.12 2>/dev/null))
 TTNN_VENV := .venv-ttnn
 TTNN_STAMP := $(TTNN_VENV)/.installed
 
@@ -28,6 +30,7 @@ lint: $(STAMP)
 
 # the real ttnn library, its mock Blackhole p150 harness, and spc (numpy + ttnn only at run time)
 $(TTNN_STAMP): pyproject.toml runtime/ttnn_mock/harness.py runtime/ttnn_mock/fake_riscv_gxx.py
+	@test -n "$(PY312)" || { echo "make mock-env: no Python 3.12 found (pyenv 3.12.1 or python3.12); set PY312=" >&2; exit 1; }
 	$(PY312) -m venv $(TTNN_VENV)
 	$(TTNN_VENV)/bin/pip install -q --upgrade "pip>=23"
 	$(TTNN_VENV)/bin/pip install -q ttnn==0.81.1 safetensors==0.8.0 click==8.5.1 rich==15.0.0 pillow==13.0.0
