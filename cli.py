@@ -46,7 +46,7 @@ def main() -> None:
     """spc: compile SuperPoint ONNX models to Tenstorrent ttnn programs."""
 
 
-@main.command()
+@main.command(short_help="HF SuperPoint -> ONNX (post-processing included).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("superpoint.onnx"), show_default=True)
 @click.option("--height", default=480, show_default=True, help="input height (multiple of 8)")
 @click.option("--width", default=640, show_default=True, help="input width (multiple of 8)")
@@ -64,8 +64,8 @@ def export(output: Path, height: int, width: int, channels: int, weights: str | 
     click.echo(f"wrote {output} ({height}x{width}x{channels}, opset 18)")
 
 
-@main.command(name="compile")
-@click.argument("source", type=click.Path(path_type=Path))
+@main.command(name="compile", short_help="ONNX -> .ttplan (passes, precision, lowering).")
+@click.argument("source", type=click.Path(path_type=Path), required=False)
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="plan file (.ttplan)")
 @click.option("--dump-dir", type=click.Path(path_type=Path), default=None, help="write NN-<pass>.ir/.dot + summary")
 @click.option("--print-ir-after-all", is_flag=True, help="print the IR after every pass (stderr)")
@@ -83,7 +83,7 @@ def export(output: Path, height: int, width: int, channels: int, weights: str | 
               help="the chip the plan is for (targets.py)")
 @click.option("--list-passes", is_flag=True, help="list the pipeline and exit")
 @_one_line_errors
-def compile_(source: Path, output: Path | None, dump_dir: Path | None, print_ir_after_all: bool,
+def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, print_ir_after_all: bool,
              stop_after: str | None, nms_single_pass: bool, precision: str | None, precision_config: Path | None,
              calib: Path | None, min_f1: float | None, min_desc_pcc: float | None, target: str,
              list_passes: bool) -> None:
@@ -97,6 +97,8 @@ def compile_(source: Path, output: Path | None, dump_dir: Path | None, print_ir_
         for i, p in enumerate(default_pipeline(), 1):
             click.echo(f"{i:2d}  {p.name:<24} {p.summary}")
         return
+    if source is None:
+        raise SpcError("compile needs the ONNX file to compile (spc compile SOURCE -o PLAN)")
     if output is None and stop_after is None:
         output = source.with_suffix(".ttplan")
     auto = None
@@ -145,7 +147,7 @@ def _inputs(paths: tuple[Path, ...]) -> list[Path]:
     return expand_paths(list(paths))
 
 
-@main.command()
+@main.command(short_help="Run a plan on images or .npy files -> .npz.")
 @click.argument("plan", type=click.Path(path_type=Path))
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
@@ -167,7 +169,7 @@ def run(plan: Path, inputs: tuple[Path, ...], output: Path | None, dense: bool, 
     run_files(read_plan(plan), files, output, viz, dense, backend)
 
 
-@main.command()
+@main.command(short_help="Compare a plan with onnxruntime on the source ONNX.")
 @click.argument("plan", type=click.Path(path_type=Path))
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--onnx", "onnx_path", type=click.Path(path_type=Path), default=None, help="the source ONNX")
@@ -197,7 +199,7 @@ def check(plan: Path, inputs: tuple[Path, ...], onnx_path: Path | None, as_json:
         sys.exit(1)
 
 
-@main.command()
+@main.command(short_help="A plan's ttnn calls and per-frame totals.")
 @click.argument("plan", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 @_one_line_errors
@@ -213,7 +215,7 @@ def inspect(plan: Path, as_json: bool) -> None:
         print_report(report)
 
 
-@main.command(name="emit-py")
+@main.command(name="emit-py", short_help="A plan's device stage as a standalone ttnn program.")
 @click.argument("plan", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("program.py"), show_default=True)
 @_one_line_errors
@@ -227,7 +229,7 @@ def emit_py(plan: Path, output: Path) -> None:
     click.echo(f"wrote {output}")
 
 
-@main.command()
+@main.command(short_help="Which per-block precision choices lose accuracy.")
 @click.argument("safe", type=click.Path(path_type=Path))
 @click.argument("fast", type=click.Path(path_type=Path))
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))

@@ -112,6 +112,13 @@ def test_stop_after_and_print_ir(small_onnx: Path, tmp_path: Path) -> None:
     assert_one_line_error(code, err, contains="no such pass")
 
 
+def test_list_passes_needs_no_model() -> None:
+    code, out, _ = spc("compile", "--list-passes")
+    assert code == 0 and [line.split()[1] for line in out.splitlines()] == PASS_NAMES
+    code, _, err = spc("compile")
+    assert_one_line_error(code, err, contains="compile needs the ONNX file")
+
+
 def test_single_pass_nms_is_opt_in(small_onnx: Path, tmp_path: Path) -> None:
     code, _, err = spc("compile", small_onnx, "-o", tmp_path / "sp1.ttplan", "--nms-single-pass")
     assert code == 0 and "single-pass NMS replaces the source's 2" in err
