@@ -9,6 +9,7 @@ milliseconds.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from spc.lowering.program import Program, TtOp
@@ -33,21 +34,18 @@ class OpCost:
         return self.flops * phases / self.target.peak_flops_per_phase + self.bytes / self.target.dram_bytes_per_s
 
 
-def _numel(shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
+def numel(shape: list[int]) -> int:
+    return math.prod(int(d) for d in shape)
 
 
 def estimate(program: Program, weights: dict, target: Target = TARGETS["p150"]) -> list[OpCost]:
     formats = {t.name: "bfloat16" for t in program.device_inputs}
-    sizes = {t.name: _numel(t.device_shape) for t in program.device_inputs}
+    sizes = {t.name: numel(t.device_shape) for t in program.device_inputs}
     costs = []
     for op in program.device_ops:
         a = op.args
         read = sum(sizes.get(i, 0) * BYTES_PER_VALUE[formats.get(i, "bfloat16")] for i in op.inputs)
-        out = _numel(op.shape)
+        out = numel(op.shape)
         flops, w_bytes = 0.0, 0.0
         if op.op == "ttnn.conv2d":
             kh, kw = a["kernel_size"]

@@ -120,11 +120,7 @@ def emit_py(plan: Plan) -> str:
     if len(p.device_inputs) != 1:
         raise ValueError("emit-py handles plans with one device input")
     source = plan.manifest.get("source", {})
-    keep = {t.name for t in p.device_outputs}
-    last: dict[str, int] = {}
-    for i, op in enumerate(p.device_ops):
-        for name in op.inputs:
-            last[name] = i
+    frees = p.frees({t.name for t in p.device_outputs})
     lines = [f"def forward(device, weights, prepared, {identifier(p.device_inputs[0].name)}):",
              '    """The device stage; ``prepared`` keeps conv weights ttnn prepared on the first call."""']
     block = None
@@ -142,9 +138,7 @@ def emit_py(plan: Plan) -> str:
             lines += statement(f'{out}, prepared["{op.output}"]', spec, op.output)
         else:
             lines += statement(out, spec, op.output)
-        dead = [n for n in op.inputs if last.get(n) == i and n not in keep]
-        for n in dict.fromkeys(dead):
-            lines.append(f"    ttnn.deallocate({identifier(n)})")
+        lines += [f"    ttnn.deallocate({identifier(n)})" for n in frees[i]]
     outputs = ", ".join(f'"{t.name}": {identifier(t.name)}' for t in p.device_outputs)
     lines.append(f"    return {{{outputs}}}")
     header = _HEADER.format(version=__version__, source=source.get("file", "?"), sha=source.get("sha256", "?"),

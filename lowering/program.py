@@ -74,6 +74,19 @@ class Program:
     # device tensors worth reading for inspection and checking, by role ("score_map", ...)
     probes: dict[str, DeviceTensor] = field(default_factory=dict)
 
+    def frees(self, keep: set[str]) -> list[list[str]]:
+        """For each device call, the tensors no later call reads (except ``keep``): what a
+        runtime frees right after it."""
+        last: dict[str, int] = {}
+        for i, op in enumerate(self.device_ops):
+            for name in op.inputs:
+                last[name] = i
+        out: list[list[str]] = [[] for _ in self.device_ops]
+        for name, i in last.items():
+            if name not in keep:
+                out[i].append(name)
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return encode(asdict(self))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from spc.lowering.cost import BYTES_PER_VALUE, estimate
+from spc.lowering.cost import BYTES_PER_VALUE, estimate, numel
 from spc.lowering.plan import Plan
 from spc.targets import get_target
 
@@ -49,13 +49,6 @@ def _memory(args: dict) -> str:
     return args.get("memory_config", "default")
 
 
-def _numel(shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
-
-
 def plan_report(plan: Plan) -> PlanReport:
     p = plan.program
     target = get_target(plan.manifest.get("target", "p150"))
@@ -64,8 +57,8 @@ def plan_report(plan: Plan) -> PlanReport:
     dtypes = {op.output: op.dtype for op in p.device_ops}
     rows = [CallRow(i, c.op.op, c.op.block or c.op.source, c.values, c.op.dtype, _memory(c.op.args),
                     c.seconds * 1e6, c.seconds / total) for i, c in enumerate(costs)]
-    h2d = sum(_numel(t.device_shape) * 2 for t in p.device_inputs)  # uploaded as bf16
-    d2h = sum(int(_numel(t.device_shape) * BYTES_PER_VALUE[dtypes.get(t.name, "bfloat16")]) for t in p.device_outputs)
+    h2d = sum(numel(t.device_shape) * 2 for t in p.device_inputs)  # uploaded as bf16
+    d2h = sum(int(numel(t.device_shape) * BYTES_PER_VALUE[dtypes.get(t.name, "bfloat16")]) for t in p.device_outputs)
     preset = plan.manifest.get("options", {}).get("precision", {})
     precision = preset.get("preset", "?") + (f" + {len(preset['rules'])} override(s)" if preset.get("rules") else "")
     return PlanReport(target.name, precision, rows, total * 1e3, h2d, d2h,

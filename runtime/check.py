@@ -88,3 +88,27 @@ def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[s
         else float("nan")
     return ImageReport(name, score, desc, agree.precision, agree.recall, agree.f1, agree.descriptor_cosine,
                        len(kp), len(rkp))
+
+
+class Comparison:
+    """onnxruntime's outputs on fixed inputs, computed once, for comparing any number of plans.
+
+    ``probes`` maps roles ("score_map", ...) to the source value names the plans expose densely;
+    those onnxruntime cannot produce are left out of the comparison.
+    """
+
+    def __init__(self, src: Path, probes: dict[str, str], inputs: list[np.ndarray],
+                 names: list[str] | None = None) -> None:
+        ref = OrtReference(src, list(probes.values()))
+        self.maps = {role: name for role, name in probes.items() if name in ref.extra}
+        self.inputs = inputs
+        self.names = names or [f"input {i}" for i in range(len(inputs))]
+        self.references = [ref.run(x) for x in inputs]
+
+    def reports(self, plan: Plan, backend: str = "emu") -> list[ImageReport]:
+        from spc.runtime.runner import Runner
+
+        h, w = (int(d) for d in plan.program.inputs[0].shape[2:])
+        with Runner(plan, backend) as runner:
+            return [compare(name, runner.run(x, dense=True), ref, self.maps, w, h)
+                    for name, x, ref in zip(self.names, self.inputs, self.references)]

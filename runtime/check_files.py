@@ -5,24 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from spc.lowering.plan import Plan
-from spc.runtime.check import ImageReport, OrtReference, compare, find_source
+from spc.runtime.check import Comparison, ImageReport, find_source
 from spc.runtime.inputs import load_input
-from spc.runtime.runner import Runner
 
 
 def check_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | None, backend: str) -> list[ImageReport]:
     src = find_source(plan, plan_path, onnx)
-    probes = plan.program.probes
-    maps = {role: t.name for role, t in probes.items()}
-    ref = OrtReference(src, list(maps.values()))
-    maps = {role: name for role, name in maps.items() if name in ref.extra}
     shape = [int(d) for d in plan.program.inputs[0].shape]
     arrays = [load_input(f, shape) for f in files]
-    reports = []
-    with Runner(plan, backend) as runner:
-        for f, x in zip(files, arrays):
-            reports.append(compare(f.name, runner.run(x, dense=True), ref.run(x), maps, shape[3], shape[2]))
-    return reports
+    probes = {role: t.name for role, t in plan.program.probes.items()}
+    return Comparison(src, probes, arrays, [f.name for f in files]).reports(plan, backend)
 
 
 def print_reports(reports: list[ImageReport]) -> None:

@@ -104,22 +104,10 @@ class TtnnProgram:
         return x
 
     # -- running ---------------------------------------------------------------------------------
-    def _last_uses(self, keep: set[str]) -> list[list[str]]:
-        """For each call, the tensors nobody reads after it (freed then, as a runtime must)."""
-        last: dict[str, int] = {}
-        for i, (op, _) in enumerate(self.calls):
-            for name in op.inputs:
-                last[name] = i
-        frees: list[list[str]] = [[] for _ in self.calls]
-        for name, i in last.items():
-            if name not in keep:
-                frees[i].append(name)
-        return frees
-
     def run(self, inputs: dict[str, np.ndarray], read: list[str]) -> dict[str, np.ndarray]:
         t = self.ttnn
         env: dict[str, Any] = {}
-        frees = self._last_uses(set(read))
+        frees = self.program.frees(set(read))
         for spec in self.program.device_inputs:
             host = t.Tensor(np.ascontiguousarray(inputs[spec.name], dtype=np.float32).reshape(spec.device_shape),
                             data_type=t.bfloat16, layout=t.ROW_MAJOR_LAYOUT)

@@ -14,16 +14,14 @@ one at a time from the full set while it still fails.
 from __future__ import annotations
 
 import copy
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from spc.errors import SpcError
 from spc.lowering.plan import Plan
-from spc.runtime.check import OrtReference, compare, find_source
+from spc.runtime.check import Comparison, find_source
 from spc.runtime.inputs import load_input
-from spc.runtime.runner import Runner
 from spc.tuning.precision_search import Score
 from spc.tuning.thresholds import Thresholds
 
@@ -93,19 +91,12 @@ def bisect(safe: Plan, safe_path: Path, fast: Plan, files: list[Path], onnx: Pat
     if not diffs:
         raise SpcError("the two plans have the same precision everywhere: nothing to bisect")
     src = find_source(safe, safe_path, onnx)
-    maps = {role: t.name for role, t in safe.program.probes.items()}
-    ref = OrtReference(src, list(maps.values()))
-    maps = {role: name for role, name in maps.items() if name in ref.extra}
     shape = [int(d) for d in safe.program.inputs[0].shape]
-    inputs = [load_input(f, shape) for f in files]
-    refs = [ref.run(x) for x in inputs]
+    probes = {role: t.name for role, t in safe.program.probes.items()}
+    comparison = Comparison(src, probes, [load_input(f, shape) for f in files])
 
     def score(plan: Plan) -> Score:
-        with Runner(plan) as runner:
-            reports = [compare("x", runner.run(x, dense=True), r, maps, shape[3], shape[2])
-                       for x, r in zip(inputs, refs)]
-        return Score(statistics.median(r.f1 for r in reports), min(r.descriptor_pcc for r in reports),
-                     min(r.score_pcc for r in reports), 0.0)
+        return Score.of(comparison.reports(plan), 0.0)
 
     base = score(safe)
     min_f1 = thresholds.min_f1 if thresholds.min_f1 is not None else base.f1 - thresholds.f1_drop

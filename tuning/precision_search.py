@@ -58,6 +58,13 @@ class Score:
     f1s: tuple[float, ...] = ()  # per input
     descriptor_pccs: tuple[float, ...] = ()  # per input
 
+    @staticmethod
+    def of(reports: list, device_ms: float) -> Score:
+        """Median F1 and worst PCCs over per-input reports (runtime/check.ImageReport)."""
+        return Score(statistics.median(r.f1 for r in reports), min(r.descriptor_pcc for r in reports),
+                     min(r.score_pcc for r in reports), device_ms, tuple(r.f1 for r in reports),
+                     tuple(r.descriptor_pcc for r in reports))
+
     def passes(self, min_f1: float, min_desc: float) -> bool:
         return self.f1 >= min_f1 and self.descriptor_pcc >= min_desc
 
@@ -94,31 +101,21 @@ class Evaluator:
 
     def __init__(self, g: Graph, src: Path, inputs: list[np.ndarray]) -> None:
         from spc.lowering.lower import find_probes
-        from spc.runtime.check import OrtReference
+        from spc.runtime.check import Comparison
 
         self.g = g
-        self.inputs = inputs
         self.probes = find_probes(g)
-        ref = OrtReference(src, list(self.probes.values()))
-        self.maps = {role: name for role, name in self.probes.items() if name in ref.extra}
-        self.references = [ref.run(x) for x in inputs]
+        self.comparison = Comparison(src, self.probes, inputs)
 
     def __call__(self, plan: PrecisionPlan) -> Score:
         from spc.lowering.cost import predicted_ms
         from spc.lowering.lower import lower
         from spc.lowering.plan import Plan
-        from spc.runtime.check import compare
-        from spc.runtime.runner import Runner
 
         ChoosePrecision().run(self.g, PassContext(options={"precision": plan}))
         program, tensors = lower(self.g, self.probes)
-        h, w = (int(d) for d in program.inputs[0].shape[2:])
-        with Runner(Plan({}, program, tensors, "")) as runner:
-            reports = [compare("calib", runner.run(x, dense=True), ref, self.maps, w, h)
-                       for x, ref in zip(self.inputs, self.references)]
-        return Score(statistics.median(r.f1 for r in reports), min(r.descriptor_pcc for r in reports),
-                     min(r.score_pcc for r in reports), predicted_ms(program, tensors),
-                     tuple(r.f1 for r in reports), tuple(r.descriptor_pcc for r in reports))
+        reports = self.comparison.reports(Plan({}, program, tensors, ""))
+        return Score.of(reports, predicted_ms(program, tensors))
 
 
 def calibration_inputs(folder: Path | None, shape: list[int]) -> list[np.ndarray]:
