@@ -81,15 +81,24 @@ def export(output: Path, height: int, width: int, channels: int, weights: str | 
 @click.option("--min-desc-pcc", type=float, default=None, help="auto: absolute descriptor PCC floor")
 @click.option("--target", type=click.Choice(["p150", "n150", "n300"]), default="p150", show_default=True,
               help="the chip the plan is for (targets.py)")
+@click.option("--memory-config", "memory_config", multiple=True, metavar="BLOCK=SPEC",
+              help="force a block's memory configuration: l1, l1:abh=N, dram:height=N, dram:width=N, bands=N "
+                   "(blocks by glob; repeatable; docs/memory.md)")
+@click.option("--dense", is_flag=True,
+              help="read the score and descriptor maps back whole (default: top-K keypoints computed on the device)")
+@click.option("--keypoint-capacity", type=click.IntRange(32, 2048), default=None, metavar="K",
+              help="device keypoint slots when the model keeps every keypoint (default: one per 128 pixels, "
+                   "at most 2048); a frame with more is read densely")
 @click.option("--list-passes", is_flag=True, help="list the pipeline and exit")
 @_one_line_errors
 def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, print_ir_after_all: bool,
              stop_after: str | None, nms_single_pass: bool, precision: str | None, precision_config: Path | None,
              calib: Path | None, min_f1: float | None, min_desc_pcc: float | None, target: str,
-             list_passes: bool) -> None:
+             memory_config: tuple[str, ...], dense: bool, keypoint_capacity: int | None, list_passes: bool) -> None:
     """Compile an ONNX model into a .ttplan."""
     from spc.compiler import AutoPrecision, compile_onnx
     from spc.ir.precision import PrecisionPlan, load_precision_config
+    from spc.memory.config import MemoryOverrides
     from spc.passes.pipeline import default_pipeline
     from spc.tuning.thresholds import Thresholds
 
@@ -111,7 +120,9 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
     plan = (load_precision_config(precision_config, precision) if precision_config
             else PrecisionPlan("accurate" if precision in (None, "auto") else precision))
     result = compile_onnx(source, output, dump_dir=dump_dir, print_ir=print_ir_after_all, stop_after=stop_after,
-                          nms_single_pass=nms_single_pass, target=target, precision=plan, auto=auto)
+                          nms_single_pass=nms_single_pass, target=target, precision=plan, auto=auto,
+                          memory=MemoryOverrides.from_cli(memory_config), dense=dense,
+                          keypoint_capacity=keypoint_capacity)
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
     counts = result.graph.op_counts()

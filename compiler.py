@@ -15,10 +15,14 @@ from spc.ir.printer import print_graph
 from spc.lowering.cost import predicted_ms
 from spc.lowering.lower import find_probes, lower
 from spc.lowering.plan import write_plan
+from spc.lowering.program import Program
+from spc.memory.config import MemoryOverrides
+from spc.memory.residency import walk
+from spc.passes.choose_memory_config import ChooseMemoryConfig
 from spc.passes.choose_precision import ChoosePrecision
 from spc.passes.manager import DumpDir, Instrument, PassContext, PassManager, PassRecord, PrintAfterAll
 from spc.passes.pipeline import default_pipeline
-from spc.targets import get_target
+from spc.targets import Target, get_target
 from spc.tuning.thresholds import Thresholds
 
 
@@ -58,9 +62,24 @@ def check_superpoint_heads(g: Graph, src: Path) -> None:
                        "see the IR with --dump-dir")
 
 
+def check_fits(program: Program, chip: Target, src: Path, forced: MemoryOverrides) -> None:
+    """Every call of the lowered program fits one core's L1 by the model (memory/residency.py),
+    including the calls no pass configured (element-wise, the keypoint read-back). Blocks forced
+    with --memory-config are the user's call (choose-memory-config has said so in a note)."""
+    for i, (op, placed) in enumerate(zip(program.device_ops, walk(program, chip))):
+        if not placed.fits and forced.for_block(op.block or op.source) is not None:
+            return  # ttnn stops there: what follows cannot be judged
+        if not placed.fits:
+            raise SpcError(f"{src}: call {i} ({op.op}, block {op.block or op.source}) needs {placed.use.cb} B of "
+                           f"buffers beside {placed.live_before} B of tensors on one core, {-placed.headroom} B more "
+                           f"than {chip.name} has; try --dense or a smaller --keypoint-capacity")
+
+
 def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, print_ir: bool = False,
                  stop_after: str | None = None, nms_single_pass: bool = False, target: str = "p150",
-                 precision: PrecisionPlan | None = None, auto: AutoPrecision | None = None) -> CompileResult:
+                 precision: PrecisionPlan | None = None, auto: AutoPrecision | None = None,
+                 memory: MemoryOverrides | None = None, dense: bool = False,
+                 keypoint_capacity: int | None = None) -> CompileResult:
     """Compile ``src``; with ``auto``, search the precision plan on calibration inputs first
     (tuning/precision_search.py: needs torch and onnxruntime, unlike the rest of compile)."""
     chip = get_target(target)
@@ -72,7 +91,9 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
     if print_ir:
         instruments.append(PrintAfterAll())
     precision = precision or PrecisionPlan()
-    ctx = PassContext(options={"nms_single_pass": nms_single_pass, "precision": precision})
+    memory = memory or MemoryOverrides()
+    ctx = PassContext(options={"nms_single_pass": nms_single_pass, "precision": precision, "target": chip,
+                               "memory": memory})
     pm = PassManager(default_pipeline(), instruments, stop_after=stop_after)
     pm.run(g, ctx)
     result = CompileResult(g, pm.records, ctx.notes)
@@ -86,13 +107,16 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
         found = search(g, src, auto.calib, auto.thresholds, log=auto.log)
         precision, search_report = found.plan, found.manifest()
         ChoosePrecision().run(g, PassContext(options={"precision": precision}))
-    program, tensors = lower(g, find_probes(g))
+        ChooseMemoryConfig().run(g, ctx)  # formats change buffer sizes
+    program, tensors = lower(g, find_probes(g), compact=not dense, capacity=keypoint_capacity, notes=ctx.notes)
+    check_fits(program, chip, src, memory)
     manifest = {
         "target": target,
         "source": {"file": src.name, "sha256": hashlib.sha256(src.read_bytes()).hexdigest()},
         "inputs": [vars(t) for t in program.inputs],
         "outputs": [vars(t) for t in program.outputs],
-        "options": {"nms_single_pass": nms_single_pass, "precision": precision.describe()},
+        "options": {"nms_single_pass": nms_single_pass, "precision": precision.describe(),
+                    "memory_config": memory.describe(), "dense": dense, "keypoint_capacity": keypoint_capacity},
         "precision_search": search_report,
         "predicted_device_ms": round(predicted_ms(program, tensors, chip), 4),
         "pipeline": [r.name for r in pm.records],

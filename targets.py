@@ -10,14 +10,18 @@ from dataclasses import dataclass
 
 from spc.errors import SpcError
 
+# the runtime opens the device with this much L1_SMALL (conv and pool config tensors); measured
+# on the mock p150: 8 KiB fails in the encoder, 16 KiB passes
+L1_SMALL_BYTES = 32768
+
 
 @dataclass(frozen=True)
 class Target:
     name: str
     grid: tuple[int, int]  # compute cores (columns, rows) available to programs
     clock_hz: float
-    l1_bank_bytes: int  # allocatable L1 per core
-    l1_cb_limit_bytes: int  # largest circular-buffer region per core
+    l1_bytes: int  # a worker core's L1 (its top address)
+    cb_base: int  # where circular buffers start; below it, firmware and reserved space
     dram_bytes_per_s: float  # measured, bank-adjacent readers
     dram_banks: int
     flop_per_cycle_per_core: int = 4096  # matrix engine, one fidelity phase (8x16 x 16x16)
@@ -27,16 +31,28 @@ class Target:
         return self.grid[0] * self.grid[1]
 
     @property
+    def l1_top(self) -> int:
+        """L1 tensors are allocated down from here (L1_SMALL sits above)."""
+        return self.l1_bytes - L1_SMALL_BYTES
+
+    @property
+    def l1_budget_bytes(self) -> int:
+        """Circular buffers (up from cb_base) and L1 tensors (down from l1_top) share this."""
+        return self.l1_top - self.cb_base
+
+    @property
     def peak_flops_per_phase(self) -> float:
         return self.flop_per_cycle_per_core * self.cores * self.clock_hz
 
 
 TARGETS = {
     # 11x10 with current firmware (one column for dispatch); the mock allocator reports the L1 sizes
-    "p150": Target("p150", (11, 10), 1.35e9, 1428352, 1572864, 500e9, 8),
-    # "about 1.5 MB" of L1 per core: the same sizes are assumed until measured on a Wormhole allocator
-    "n150": Target("n150", (8, 8), 1.0e9, 1428352, 1572864, 288e9, 12),
-    "n300": Target("n300", (8, 8), 1.0e9, 1428352, 1572864, 288e9, 12),
+    # L1 top and first CB address as the mock p150's allocator reports them (reports.get_device_info)
+    "p150": Target("p150", (11, 10), 1.35e9, 1572864, 111744, 500e9, 8),
+    # Wormhole: 1464 KiB of L1 per core; the reserved base is assumed to be Blackhole's (not
+    # measured: the mock device here is a p150)
+    "n150": Target("n150", (8, 8), 1.0e9, 1499136, 111744, 288e9, 12),
+    "n300": Target("n300", (8, 8), 1.0e9, 1499136, 111744, 288e9, 12),
 }
 
 

@@ -7,6 +7,7 @@ keypoint count stays dynamic (NonZero). Outputs are renamed to stable names so t
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from spc.errors import SpcError
@@ -33,6 +34,30 @@ def _tuple_outputs(model):
     return Outputs(model).eval()
 
 
+@contextlib.contextmanager
+def _traceable_top_k():
+    """HF's top_k_keypoints branches on the keypoint count (``if k >= len(keypoints)``), which
+    torch.export cannot trace. The same result without the branch: the top min(k, n) by score,
+    or all n in their original order when n <= k."""
+    import torch
+    from transformers.models.superpoint import modeling_superpoint as hf
+
+    def top_k_keypoints(keypoints: torch.Tensor, scores: torch.Tensor, k: int):
+        n = scores.shape[0]
+        kept = torch.sym_min(k, n)
+        _, by_score = torch.topk(scores, kept, dim=0)
+        in_order = torch.arange(kept, device=scores.device)
+        indices = torch.where(torch.scalar_tensor(n) <= k, in_order, by_score)
+        return keypoints[indices], scores[indices]
+
+    original = hf.top_k_keypoints
+    hf.top_k_keypoints = top_k_keypoints
+    try:
+        yield
+    finally:
+        hf.top_k_keypoints = original
+
+
 def export_onnx(output: Path, height: int = 480, width: int = 640, channels: int = 3,
                 weights: str | None = None, keypoint_threshold: float | None = None,
                 max_keypoints: int | None = None) -> Path:
@@ -53,7 +78,7 @@ def export_onnx(output: Path, height: int = 480, width: int = 640, channels: int
 
     model = _tuple_outputs(build_model(weights, keypoint_threshold, max_keypoints))
     example = torch.rand(1, channels, height, width)
-    with warnings.catch_warnings(), torch.no_grad():
+    with warnings.catch_warnings(), torch.no_grad(), _traceable_top_k():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(model, (example,), dynamo=True, opset_version=OPSET,
                                     input_names=[INPUT_NAME], output_names=list(OUTPUT_NAMES),

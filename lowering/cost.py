@@ -1,10 +1,11 @@
-"""A first predicted device time: compute at the block's fidelity plus bytes moved.
+"""Predicted device time of a lowered program, call by call, on its target.
 
-Placeholder until the memory planner's cost model (which knows L1 residency, sharding and
-reshards). It is a roofline on the target (targets.py): its matrix-engine FLOPs per fidelity
-phase, its measured DRAM bandwidth, and every tensor read and written once from DRAM. Good for
-ranking precision choices, which change the phase count and the bytes; not for absolute
-milliseconds.
+Convolutions and max pools are costed as the memory planner costs their configuration
+(memory/cost.py: compute at the block's fidelity on the cores its sharding uses, DRAM traffic of
+its path and slices, launch costs); the other calls move their bytes through DRAM, or L1 when
+their input is there (memory/residency.py says where each tensor lives), plus one launch each.
+Good for ranking plans; the absolute figure is an estimate (docs/memory.md compares it with the
+hand port's measured time).
 """
 
 from __future__ import annotations
@@ -13,46 +14,51 @@ import math
 from dataclasses import dataclass
 
 from spc.lowering.program import Program, TtOp
+from spc.memory.cost import PROGRAM_S, conv_seconds, pool_seconds
+from spc.memory.residency import DRAM_RM, Resident, conv_spec, op_memory, op_use, pool_spec
 from spc.targets import TARGETS, Target
 
-BYTES_PER_VALUE = {"float32": 4.0, "bfloat16": 2.0, "bfloat8_b": 1088 / 1024, "bfloat4_b": 576 / 1024}
-PHASES = {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
+BYTES_PER_VALUE = {"float32": 4.0, "bfloat16": 2.0, "bfloat8_b": 1088 / 1024, "bfloat4_b": 576 / 1024,
+                   "uint32": 4.0, "uint16": 2.0}
+L1_BYTES_PER_CYCLE = 64  # per core, read or write (NoC-free, local)
 
 
 @dataclass
 class OpCost:
     op: TtOp
-    flops: float
-    bytes: float
-    target: Target
+    seconds: float
     values: int  # elements in the output
-
-    @property
-    def seconds(self) -> float:
-        a = self.op.args
-        phases = PHASES[a["compute_config"]["math_fidelity"]] if "compute_config" in a else 1
-        return self.flops * phases / self.target.peak_flops_per_phase + self.bytes / self.target.dram_bytes_per_s
 
 
 def numel(shape: list[int]) -> int:
     return math.prod(int(d) for d in shape)
 
 
+def _other_seconds(op: TtOp, read: float, src: Resident, target: Target) -> float:
+    moved = read + numel(op.shape) * BYTES_PER_VALUE[op.dtype]
+    if src.bytes:
+        return moved / (L1_BYTES_PER_CYCLE * (src.cores or target.cores) * target.clock_hz) + PROGRAM_S
+    return moved / target.dram_bytes_per_s + PROGRAM_S
+
+
 def estimate(program: Program, weights: dict, target: Target = TARGETS["p150"]) -> list[OpCost]:
-    formats = {t.name: "bfloat16" for t in program.device_inputs}
-    sizes = {t.name: numel(t.device_shape) for t in program.device_inputs}
+    where: dict[str, Resident] = {t.name: DRAM_RM for t in program.device_inputs}
+    sizes = {t.name: numel(t.device_shape) * 2.0 for t in program.device_inputs}
     costs = []
     for op in program.device_ops:
-        a = op.args
-        read = sum(sizes.get(i, 0) * BYTES_PER_VALUE[formats.get(i, "bfloat16")] for i in op.inputs)
-        out = numel(op.shape)
-        flops, w_bytes = 0.0, 0.0
+        src = where.get(op.inputs[0], DRAM_RM) if op.inputs else DRAM_RM
+        use, where[op.output] = op_use(op, src, target)
+        mem = op_memory(op.args)
         if op.op == "ttnn.conv2d":
-            kh, kw = a["kernel_size"]
-            flops = 2.0 * out * a["in_channels"] * kh * kw / a["groups"]
-            w_bytes = weights[op.weights["weight_tensor"]].size * BYTES_PER_VALUE[a["conv_config"]["weights_dtype"]]
-        sizes[op.output], formats[op.output] = out, op.dtype
-        costs.append(OpCost(op, flops, read + w_bytes + out * BYTES_PER_VALUE[op.dtype], target, out))
+            fidelity = op.args["compute_config"]["math_fidelity"]
+            seconds = conv_seconds(conv_spec(op, src.tiled), mem, use, fidelity, target, not src.bytes)
+        elif op.op == "ttnn.max_pool2d":
+            spec = pool_spec(op, src)
+            seconds = pool_seconds(spec.window, mem, use, target, not src.bytes, not spec.output_in_l1)
+        else:
+            seconds = _other_seconds(op, sum(sizes.get(i, 0.0) for i in op.inputs), src, target)
+        sizes[op.output] = numel(op.shape) * BYTES_PER_VALUE[op.dtype]
+        costs.append(OpCost(op, seconds, numel(op.shape)))
     return costs
 
 

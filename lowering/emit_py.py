@@ -48,6 +48,13 @@ def host_tensor(array):
     return ttnn.Tensor(np.asarray(array, dtype=np.float32), data_type=ttnn.float32, layout=ttnn.ROW_MAJOR_LAYOUT)
 
 
+def release(tensor, *later):
+    """Deallocate, unless a tensor still needed shares the buffer (a conversion with nothing to
+    do returns its input)."""
+    if all(t.buffer_unique_id() != tensor.buffer_unique_id() for t in later):
+        ttnn.deallocate(tensor)
+
+
 def read(tensor):
     host = ttnn.from_device(ttnn.to_layout(tensor, ttnn.ROW_MAJOR_LAYOUT))
     return np.asarray(host.to_list(), dtype=np.float32).reshape([int(d) for d in host.shape])
@@ -113,14 +120,40 @@ def statement(target: str, spec: Call, owner: str, width: int = 100) -> list[str
     return head + [f"        {a}," for a in args] + ["    )"]
 
 
+ALIASING = {"ttnn.to_layout", "ttnn.to_memory_config", "ttnn.typecast", "ttnn.reshape"}
+
+
+def _possible_aliases(p: Any) -> dict[str, set[str]]:
+    """For each tensor, the later tensors that may be it (chains of conversions)."""
+    out: dict[str, set[str]] = {}
+    for op in p.device_ops:
+        if op.op in ALIASING:
+            src = op.inputs[0]
+            for root in [src, *[k for k, v in out.items() if src in v]]:
+                out.setdefault(root, set()).add(op.output)
+    return out
+
+
+def _live_after(p: Any) -> list[set[str]]:
+    last = {name: i for i, op in enumerate(p.device_ops) for name in op.inputs}
+    keep = {t.name for t in p.device_outputs}
+    live: list[set[str]] = []
+    made: set[str] = set()
+    for i, op in enumerate(p.device_ops):
+        made |= {op.output, *op.extra_outputs}
+        live.append({n for n in made if n in keep or last.get(n, -1) > i})
+    return live
+
+
 def emit_py(plan: Plan) -> str:
-    from spc.runtime.ttnn_backend import L1_SMALL_SIZE
+    from spc.targets import L1_SMALL_BYTES
 
     p = plan.program
     if len(p.device_inputs) != 1:
         raise ValueError("emit-py handles plans with one device input")
     source = plan.manifest.get("source", {})
     frees = p.frees({t.name for t in p.device_outputs})
+    aliases, live_after = _possible_aliases(p), _live_after(p)
     lines = [f"def forward(device, weights, prepared, {identifier(p.device_inputs[0].name)}):",
              '    """The device stage; ``prepared`` keeps conv weights ttnn prepared on the first call."""']
     block = None
@@ -137,11 +170,14 @@ def emit_py(plan: Plan) -> str:
                       f"        {bias},", "    )"]
             lines += statement(f'{out}, prepared["{op.output}"]', spec, op.output)
         else:
-            lines += statement(out, spec, op.output)
-        lines += [f"    ttnn.deallocate({identifier(n)})" for n in frees[i]]
+            lines += statement(", ".join(identifier(o) for o in [op.output, *op.extra_outputs]), spec, op.output)
+        for name in frees[i]:
+            shared = [a for a in aliases.get(name, ()) if a in live_after[i]]
+            lines.append(f"    release({', '.join(identifier(x) for x in [name, *shared])})" if shared
+                         else f"    ttnn.deallocate({identifier(name)})")
     outputs = ", ".join(f'"{t.name}": {identifier(t.name)}' for t in p.device_outputs)
     lines.append(f"    return {{{outputs}}}")
     header = _HEADER.format(version=__version__, source=source.get("file", "?"), sha=source.get("sha256", "?"),
                             inputs=", ".join(f"{t.name} {t.device_shape}" for t in p.device_inputs),
                             outputs=", ".join(t.name for t in p.device_outputs))
-    return header + "\n" + "\n".join(lines) + "\n" + _MAIN.format(l1_small=L1_SMALL_SIZE)
+    return header + "\n" + "\n".join(lines) + "\n" + _MAIN.format(l1_small=L1_SMALL_BYTES)

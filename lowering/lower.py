@@ -15,10 +15,13 @@ import numpy as np
 from spc.errors import SpcError
 from spc.ir.graph import Graph, Node, Placement, Value
 from spc.ir.precision import BlockPrecision
+from spc.lowering import readback
 from spc.lowering.layout import DeviceLayout
 from spc.lowering.program import DeviceTensor, HostNode, Program, TensorSpec, TtOp
+from spc.memory.config import parse as parse_memory
 
-# Memory configuration until the memory-planning pass chooses it per block.
+# Fixed for every conv; the per-block part (path, slicing, act_block_h) comes from the
+# choose-memory-config pass (memory/config.py).
 CONV_CONFIG = {"shard_layout": "HEIGHT_SHARDED", "output_layout": "TILE", "deallocate_activation": False}
 INPUT_DTYPE = "bfloat16"
 
@@ -29,16 +32,37 @@ class Emitter:
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     layouts: dict[str, DeviceLayout] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
+    in_dram: dict[str, bool] = field(default_factory=dict)  # where each result lives (device inputs: DRAM)
 
     def emit(self, op: str, inputs: list[str], output: str, out_layout: DeviceLayout, source: str,
-             weights: dict[str, str] | None = None, store: str | None = None, **args: Any) -> str:
+             weights: dict[str, str] | None = None, store: str | None = None, out_shape: list[int] | None = None,
+             extra_outputs: list[str] | None = None, extra_dtypes: list[str] | None = None, **args: Any) -> str:
         """Append a call; its result is stored as ``store``, by default as its first input is."""
         store = store or (self.dtypes.get(inputs[0], INPUT_DTYPE) if inputs else INPUT_DTYPE)
-        shape = args.get("shape") or out_layout.device_shape  # a 5-D reshape keeps its own shape
-        self.ops.append(TtOp(op, inputs, output, args, weights or {}, source, store, shape=list(shape)))
+        shape = out_shape or args.get("shape") or out_layout.device_shape  # a 5-D reshape keeps its own shape
+        extra_dtypes = list(extra_dtypes or [store] * len(extra_outputs or []))
+        self.ops.append(TtOp(op, inputs, output, args, weights or {}, source, store, shape=list(shape),
+                             extra_outputs=list(extra_outputs or []), extra_dtypes=extra_dtypes))
+        for extra, dtype in zip(extra_outputs or [], extra_dtypes):
+            self.layouts[extra], self.dtypes[extra], self.in_dram[extra] = out_layout, dtype, True
         self.layouts[output] = out_layout
         self.dtypes[output] = store
+        path = args.get("slice_config", {}).get("type", "")
+        if args.get("memory_config") == "DRAM_INTERLEAVED" or path.startswith("dram"):
+            self.in_dram[output] = True
+        elif path == "l1_full":
+            self.in_dram[output] = False
+        else:  # element-wise and data-movement calls stay where their input is
+            self.in_dram[output] = self.in_dram.get(inputs[0], True) if inputs else True
         return output
+
+    def into_dram(self, name: str, source: str) -> str:
+        """The DRAM path of conv2d and max_pool2d reads its input from DRAM (conv2d.cpp:
+        "Conv DRAM expects the input tensor to be in DRAM")."""
+        if self.in_dram.get(name, True):
+            return name
+        return self.emit("ttnn.to_memory_config", [name], name + "/dram", self.layouts[name], source,
+                         memory_config="DRAM_INTERLEAVED")
 
     def weight(self, v: Value) -> str:
         self.weights[v.name] = np.asarray(v.data)
@@ -73,16 +97,18 @@ def _conv2d(em: Emitter, n: Node, ins: list[str]) -> str:
     if b is not None:
         weights["bias_tensor"] = em.weight(b)
     p = BlockPrecision.from_attrs(n.attrs)
-    conv_config = dict(CONV_CONFIG, weights_dtype=p.weights_dtype,
+    mem = parse_memory(n.attrs.get("memory", "l1"))
+    x_in = em.into_dram(ins[0], n.name) if mem.path == "dram" else ins[0]
+    conv_config = dict(CONV_CONFIG, weights_dtype=p.weights_dtype, act_block_h_override=32 * mem.act_block_h,
                        activation="relu" if n.attrs["activation"] == "relu" else None)
     compute_config = {"math_fidelity": p.math_fidelity, "fp32_dest_acc_en": p.fp32_dest_acc_en,
                       "packer_l1_acc": p.packer_l1_acc}
-    return em.emit("ttnn.conv2d", [ins[0]], n.output.name, _layout(n.output), n.name, weights,
+    return em.emit("ttnn.conv2d", [x_in], n.output.name, _layout(n.output), n.name, weights,
                    store=p.output_dtype, in_channels=src.c, out_channels=int(w.type.static_shape[0]), batch_size=src.n,
                    input_height=src.h, input_width=src.w, kernel_size=list(n.attrs["kernel_shape"]),
                    stride=list(n.attrs["strides"]), padding=[pads[0], pads[2], pads[1], pads[3]],
                    dilation=list(n.attrs["dilations"]), groups=int(n.attrs["group"]), dtype=p.output_dtype,
-                   conv_config=conv_config, compute_config=compute_config)
+                   conv_config=conv_config, compute_config=compute_config, slice_config=mem.slice_config)
 
 
 @lowers("onnx.MaxPool")
@@ -93,11 +119,13 @@ def _max_pool(em: Emitter, n: Node, ins: list[str]) -> str:
     pads = n.attrs.get("pads", [0, 0, 0, 0])
     if pads[0] != pads[2] or pads[1] != pads[3]:
         raise SpcError(f"node {n.name}: ttnn.max_pool2d needs symmetric padding, got {pads}")
-    return em.emit("ttnn.max_pool2d", [ins[0]], n.output.name, _layout(n.output), n.name,
+    mem = parse_memory(n.attrs.get("memory", "l1"))
+    x_in = em.into_dram(ins[0], n.name) if mem.path == "dram" else ins[0]
+    return em.emit("ttnn.max_pool2d", [x_in], n.output.name, _layout(n.output), n.name,
                    batch_size=src.n, input_h=src.h, input_w=src.w, channels=src.c,
                    kernel_size=list(n.attrs["kernel_shape"]), stride=list(n.attrs.get("strides", [1, 1])),
                    padding=[pads[0], pads[1]], dilation=list(n.attrs.get("dilations", [1, 1])),
-                   ceil_mode=bool(n.attrs.get("ceil_mode", 0)))
+                   ceil_mode=bool(n.attrs.get("ceil_mode", 0)), slice_config=mem.slice_config)
 
 
 @lowers("spc.ScoreFold")
@@ -134,17 +162,28 @@ def _nms(em: Emitter, n: Node, ins: list[str]) -> str:
     base = n.output.name
     # max_pool2d's default output is height-sharded with non-tile shards, which the element-wise
     # ops after it reject (tensor_layout.cpp "Physical shard shape ... must be tile sized"): interleave
+    mem = parse_memory(n.attrs.get("memory", "l1"))
     pool = dict(batch_size=lay.n, input_h=lay.h, input_w=lay.w, channels=lay.c, kernel_size=[2 * r + 1] * 2,
-                stride=[1, 1], padding=[r, r], dilation=[1, 1], ceil_mode=False, memory_config="DRAM_INTERLEAVED")
+                stride=[1, 1], padding=[r, r], dilation=[1, 1], ceil_mode=False, memory_config="DRAM_INTERLEAVED",
+                slice_config=mem.slice_config)
+
+    def window_max(x: str, out: str) -> str:
+        y = em.emit("ttnn.max_pool2d", [x], out, lay, n.name, **pool)
+        if mem.path == "l1":
+            return y
+        # the DRAM path returns [N, H, W, C]; against the [1, 1, NHW, C] map an element-wise op
+        # would broadcast it (measured on the mock p150: a 143 GB request at 1080x1920)
+        return em.emit("ttnn.reshape", [y], out + "/flat", lay, n.name, shape=lay.device_shape)
+
     s = ins[0]
-    wmax = em.emit("ttnn.max_pool2d", [s], f"{base}/max0", lay, n.name, **pool)
+    wmax = window_max(s, f"{base}/max0")
     mask = em.emit("ttnn.eq", [s, wmax], f"{base}/mask0", lay, n.name)
     for i in range(1, int(n.attrs["iterations"]) + 1):
-        near = em.emit("ttnn.max_pool2d", [mask], f"{base}/near{i}", lay, n.name, **pool)
+        near = window_max(mask, f"{base}/near{i}")
         supp = em.emit("ttnn.gtz", [near], f"{base}/supp{i}", lay, n.name)
         keep = em.emit("ttnn.logical_not", [supp], f"{base}/free{i}", lay, n.name)
         rest = em.emit("ttnn.multiply", [s, keep], f"{base}/rest{i}", lay, n.name)
-        rmax = em.emit("ttnn.max_pool2d", [rest], f"{base}/rmax{i}", lay, n.name, **pool)
+        rmax = window_max(rest, f"{base}/rmax{i}")
         new = em.emit("ttnn.eq", [rest, rmax], f"{base}/new{i}", lay, n.name)
         new = em.emit("ttnn.logical_and", [new, keep], f"{base}/newfree{i}", lay, n.name)
         mask = em.emit("ttnn.logical_or", [mask, new], f"{base}/mask{i}", lay, n.name)
@@ -202,8 +241,13 @@ def _device_tensor(v: Value) -> DeviceTensor:
     return DeviceTensor(v.name, shape, DeviceLayout.of(shape).device_shape)
 
 
-def lower(g: Graph, probes: dict[str, str] | None = None) -> tuple[Program, dict[str, np.ndarray]]:
-    """The program and every tensor it names (weights and host constants)."""
+def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, capacity: int | None = None,
+          notes: list[str] | None = None) -> tuple[Program, dict[str, np.ndarray]]:
+    """The program and every tensor it names (weights and host constants). With ``compact``,
+    a recognised keypoint extraction reads back top-K keypoints (lowering/readback.py);
+    ``capacity`` overrides K when every keypoint above the threshold is kept; ``notes`` collects
+    what the user should know (a dense read-back, and why)."""
+    notes = notes if notes is not None else []
     if any(n.placement is Placement.UNASSIGNED for n in g.nodes):
         raise SpcError("lowering needs a partitioned graph (run partition-host-device)")
     consts: dict[str, np.ndarray] = {}
@@ -243,6 +287,20 @@ def lower(g: Graph, probes: dict[str, str] | None = None) -> tuple[Program, dict
     leaving = {id(v) for n in readers for v in n.inputs if v is not None} | {id(v) for v in g.outputs}
     device_outputs = [_device_tensor(o) for n in device for o in n.outputs if id(o) in leaving]
     by_name = {o.name: o for n in device for o in n.outputs}
+    host_post = _host_nodes(g, Placement.HOST_POST, consts)
+    fallback_outputs: list[DeviceTensor] = []
+    fallback_post: list[HostNode] = []
+    fused = [n for n in g.nodes if n.placement is Placement.HOST_POST and n.op.name == "spc.Keypoints"]
+    if compact and len(fused) == 1 and len(host_post) == 1:
+        n = fused[0]
+        k = readback.capacity(n) if capacity is None or int(n.attrs["max_keypoints"]) >= 0 else capacity
+        why = readback.unsupported(n, k, em.dtypes.get(names[id(n.inputs[1])], INPUT_DTYPE))
+        if why:
+            notes.append(f"keypoints are read back densely: {why}")
+        else:
+            compact_outputs, tail = readback.lower_keypoints(em, n, names[id(n.inputs[0])], names[id(n.inputs[1])], k)
+            fallback_outputs, fallback_post = device_outputs, host_post
+            device_outputs, host_post = compact_outputs, [tail]
     program = Program(
         inputs=[TensorSpec(v.name, v.type.dtype.value, list(v.type.shape)) for v in g.inputs],
         outputs=[TensorSpec(v.name, v.type.dtype.value, list(v.type.shape)) for v in g.outputs],
@@ -250,8 +308,10 @@ def lower(g: Graph, probes: dict[str, str] | None = None) -> tuple[Program, dict
         device_inputs=device_inputs,
         device_ops=em.ops,
         device_outputs=device_outputs,
-        host_post=_host_nodes(g, Placement.HOST_POST, consts),
+        host_post=host_post,
         probes={role: _device_tensor(by_name[name]) for role, name in (probes or {}).items() if name in by_name},
+        fallback_outputs=fallback_outputs,
+        fallback_post=fallback_post,
     )
     return program, consts
 

@@ -51,6 +51,8 @@ class TtOp:
     dtype: str = "bfloat16"  # how the output is stored on the device
     block: str = ""  # the precision block of that node (ir/precision.py)
     shape: list[int] = field(default_factory=list)  # the output, in ttnn's device layout
+    extra_outputs: list[str] = field(default_factory=list)  # further results (ttnn.topk's indices)
+    extra_dtypes: list[str] = field(default_factory=list)  # and their formats
 
 
 @dataclass
@@ -73,6 +75,10 @@ class Program:
     host_post: list[HostNode]
     # device tensors worth reading for inspection and checking, by role ("score_map", ...)
     probes: dict[str, DeviceTensor] = field(default_factory=dict)
+    # with a compact read-back, what a frame reads instead when it overflows: dense device
+    # tensors and the host nodes that finish from them (lowering/readback.py)
+    fallback_outputs: list[DeviceTensor] = field(default_factory=list)
+    fallback_post: list[HostNode] = field(default_factory=list)
 
     def frees(self, keep: set[str]) -> list[list[str]]:
         """For each device call, the tensors no later call reads (except ``keep``): what a
@@ -102,6 +108,8 @@ class Program:
             device_outputs=[DeviceTensor(**t) for t in d["device_outputs"]],
             host_post=[HostNode(**n) for n in d["host_post"]],
             probes={k: DeviceTensor(**v) for k, v in d.get("probes", {}).items()},
+            fallback_outputs=[DeviceTensor(**t) for t in d.get("fallback_outputs", [])],
+            fallback_post=[HostNode(**n) for n in d.get("fallback_post", [])],
         )
 
 

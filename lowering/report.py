@@ -1,9 +1,10 @@
 """`spc inspect PLAN`: what a plan will do on the device, call by call, and per frame.
 
-Per call: the ttnn op, its precision block, its output (device layout, format), its memory
-configuration, and its predicted time and share (lowering/cost.py, a roofline on the plan's
-target). Per frame: predicted device time, bytes host-to-device and device-to-host, layout
-conversions, calls. L1 use per core is not shown until the L1 model exists.
+Per call: the ttnn op, its precision block, its output (values, format), its memory
+configuration (L1 or DRAM path and slices, as the choose-memory-config pass chose), the L1 its
+busiest core needs while it runs and the room left (memory/residency.py: the L1 model checked
+against ttnn's allocator), and its predicted time and share (lowering/cost.py). Per frame:
+predicted device time, bytes host-to-device and device-to-host, layout conversions, calls.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from dataclasses import asdict, dataclass
 
 from spc.lowering.cost import BYTES_PER_VALUE, estimate, numel
 from spc.lowering.plan import Plan
+from spc.memory.residency import op_memory, walk
 from spc.targets import get_target
 
-CONVERSIONS = {"ttnn.to_layout", "ttnn.typecast"}
+CONVERSIONS = {"ttnn.to_layout", "ttnn.typecast", "ttnn.to_memory_config"}
 
 
 @dataclass
@@ -25,6 +27,8 @@ class CallRow:
     values: int
     dtype: str
     memory: str
+    l1_peak: int  # bytes on the busiest core while the call runs, tensors already in L1 included
+    headroom: int
     predicted_us: float
     share: float
 
@@ -38,31 +42,36 @@ class PlanReport:
     h2d_bytes: int
     d2h_bytes: int
     layout_conversions: int
+    l1_budget: int
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 def _memory(args: dict) -> str:
-    if "conv_config" in args:
-        return args["conv_config"]["shard_layout"]
-    return args.get("memory_config", "default")
+    if "slice_config" in args:
+        mem = op_memory(args)
+        return "L1 height-sharded" + (f", act_block_h {mem.act_block_h}" if mem.act_block_h else "") \
+            if mem.path == "l1" else f"DRAM, {mem.slices} {mem.slice_dim} slice(s)"
+    return "DRAM" if args.get("memory_config") == "DRAM_INTERLEAVED" else "as input"
 
 
 def plan_report(plan: Plan) -> PlanReport:
     p = plan.program
     target = get_target(plan.manifest.get("target", "p150"))
     costs = estimate(p, plan.weights, target)
+    placed = walk(p, target)
     total = sum(c.seconds for c in costs) or 1.0
     dtypes = {op.output: op.dtype for op in p.device_ops}
-    rows = [CallRow(i, c.op.op, c.op.block or c.op.source, c.values, c.op.dtype, _memory(c.op.args),
-                    c.seconds * 1e6, c.seconds / total) for i, c in enumerate(costs)]
+    dtypes.update({name: dt for op in p.device_ops for name, dt in zip(op.extra_outputs, op.extra_dtypes)})
+    rows = [CallRow(i, c.op.op, c.op.block or c.op.source, c.values, c.op.dtype, _memory(c.op.args), m.total,
+                    m.headroom, c.seconds * 1e6, c.seconds / total) for i, (c, m) in enumerate(zip(costs, placed))]
     h2d = sum(numel(t.device_shape) * 2 for t in p.device_inputs)  # uploaded as bf16
     d2h = sum(int(numel(t.device_shape) * BYTES_PER_VALUE[dtypes.get(t.name, "bfloat16")]) for t in p.device_outputs)
     preset = plan.manifest.get("options", {}).get("precision", {})
     precision = preset.get("preset", "?") + (f" + {len(preset['rules'])} override(s)" if preset.get("rules") else "")
     return PlanReport(target.name, precision, rows, total * 1e3, h2d, d2h,
-                      sum(1 for op in p.device_ops if op.op in CONVERSIONS))
+                      sum(1 for op in p.device_ops if op.op in CONVERSIONS), target.l1_budget_bytes)
 
 
 def print_report(report: PlanReport) -> None:
@@ -71,16 +80,20 @@ def print_report(report: PlanReport) -> None:
 
     table = Table(title=f"device program: {len(report.calls)} ttnn calls, target {report.target}, "
                         f"precision {report.precision}")
-    for col in ("#", "call", "block", "output values", "format", "memory", "pred. us", "share"):
-        table.add_column(col, justify="right" if col in ("#", "output values", "pred. us", "share") else "left")
+    numeric = ("#", "output values", "L1 peak/core", "headroom", "pred. us", "share")
+    for col in ("#", "call", "block", "output values", "format", "memory", "L1 peak/core", "headroom", "pred. us",
+                "share"):
+        table.add_column(col, justify="right" if col in numeric else "left")
     for r in report.calls:
         table.add_row(str(r.index), r.op.removeprefix("ttnn."), r.block, f"{r.values:,}", r.dtype, r.memory,
-                      f"{r.predicted_us:.1f}", f"{r.share:.1%}")
+                      f"{r.l1_peak / 1024:,.0f} KiB", f"{r.headroom / 1024:,.0f} KiB", f"{r.predicted_us:.1f}",
+                      f"{r.share:.1%}")
     console = Console()
     console.width = max(console.width, 140)
     console.print(table)
-    console.print(f"predicted device time per frame: {report.predicted_device_ms:.3f} ms (roofline placeholder; "
-                  "rank plans with it, do not quote it)")
+    console.print(f"predicted device time per frame: {report.predicted_device_ms:.3f} ms (an estimate: "
+                  "docs/memory.md says how far to trust it); L1 per core on "
+                  f"{report.target}: {report.l1_budget / 1024:,.0f} KiB for buffers and tensors")
     console.print(f"host-to-device per frame: {report.h2d_bytes / 1e6:.3f} MB; device-to-host per frame: "
                   f"{report.d2h_bytes / 1e6:.3f} MB; layout conversions: {report.layout_conversions}; "
                   f"ttnn calls: {len(report.calls)}")

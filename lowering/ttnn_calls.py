@@ -60,7 +60,11 @@ ENUMS = {"bfloat16": "ttnn.bfloat16", "float32": "ttnn.float32", "bfloat8_b": "t
          "ROW_MAJOR_LAYOUT": "ttnn.ROW_MAJOR_LAYOUT", "HEIGHT_SHARDED": "ttnn.TensorMemoryLayout.HEIGHT_SHARDED",
          "WIDTH_SHARDED": "ttnn.TensorMemoryLayout.WIDTH_SHARDED",
          "BLOCK_SHARDED": "ttnn.TensorMemoryLayout.BLOCK_SHARDED",
-         "DRAM_INTERLEAVED": "ttnn.DRAM_MEMORY_CONFIG", "L1_INTERLEAVED": "ttnn.L1_MEMORY_CONFIG"}
+         "DRAM_INTERLEAVED": "ttnn.DRAM_MEMORY_CONFIG", "L1_INTERLEAVED": "ttnn.L1_MEMORY_CONFIG",
+         "uint32": "ttnn.uint32", "uint16": "ttnn.uint16"}
+
+
+CONV_CONFIG_ENUMS = {"weights_dtype", "shard_layout", "output_layout"}
 
 
 def enum(value: str) -> Attr:
@@ -78,8 +82,8 @@ def _conv(op: TtOp) -> Call:
     a = op.args
     conv, cc = dict(a["conv_config"]), a["compute_config"]
     activation = conv.pop("activation", None)
-    config = {"weights_dtype": enum(conv["weights_dtype"]), "shard_layout": enum(conv["shard_layout"]),
-              "output_layout": enum(conv["output_layout"]), "deallocate_activation": conv["deallocate_activation"]}
+    # the plan's conv_config is ttnn.Conv2dConfig's keywords, formats and layouts spelled as strings
+    config = {k: enum(v) if k in CONV_CONFIG_ENUMS else v for k, v in conv.items()}
     if activation == "relu":
         config["activation"] = Call("ttnn.UnaryWithParam", (Attr("ttnn.UnaryOpType.RELU"),))
     elif activation is not None:
@@ -91,12 +95,19 @@ def _conv(op: TtOp) -> Call:
     if "bias_tensor" in op.weights:
         kwargs["bias_tensor"] = Weight(op.weights["bias_tensor"], bias=True)
     kwargs["device"] = DEVICE
-    for key in ("in_channels", "out_channels", "batch_size", "input_height", "input_width", "kernel_size",
-                "stride", "padding", "dilation", "groups"):
-        kwargs[key] = a[key]
+    kwargs.update({k: v for k, v in a.items() if k not in ("conv_config", "compute_config", "slice_config", "dtype")})
     kwargs.update(dtype=enum(a["dtype"]), conv_config=Call("ttnn.Conv2dConfig", (), config),
                   compute_config=compute, return_weights_and_bias=True)
+    if "slice_config" in a:
+        kwargs["slice_config"] = _slice(a["slice_config"])
     return Call("ttnn.conv2d", (), kwargs)
+
+
+def _slice(s: dict[str, Any]) -> Call | Attr:
+    if s["type"] == "l1_full":
+        return Attr("ttnn.Conv2dL1FullSliceConfig")  # an instance, not a class
+    kind = {"dram_height": "ttnn.Conv2dDRAMSliceHeight", "dram_width": "ttnn.Conv2dDRAMSliceWidth"}[s["type"]]
+    return Call("ttnn.Conv2dSliceConfig", (), {"slice_type": Attr(kind), "num_slices": s["num_slices"]})
 
 
 def describe(op: TtOp) -> Call:
@@ -108,23 +119,31 @@ def describe(op: TtOp) -> Call:
     if name == "max_pool2d":
         keys = ("batch_size", "input_h", "input_w", "channels", "kernel_size", "stride", "padding", "dilation",
                 "ceil_mode")
-        return Call(op.op, (x[0],), {k: a[k] for k in keys} | _memory(a))
+        slices = {"dram_slice_config": _slice(a["slice_config"])} if "slice_config" in a else {}
+        return Call(op.op, (x[0],), {k: a[k] for k in keys} | _memory(a) | slices)
     if name == "softmax":
         return Call(op.op, (x[0],), {"dim": a["dim"], "numeric_stable": a["numeric_stable"]})
     if name == "slice":
         return Call(op.op, (x[0],), {"starts": a["starts"], "ends": a["ends"], "steps": a["steps"]})
     if name == "to_layout":
         return Call(op.op, (x[0], enum(a["layout"])))
+    if name == "to_memory_config":
+        return Call(op.op, (x[0], enum(a["memory_config"])))
     if name == "reshape":
         return Call(op.op, (x[0], a["shape"]), _memory(a))
     if name == "permute":
         return Call(op.op, (x[0], a["dims"]))
-    if name in ("eq", "logical_and", "logical_or", "multiply", "gtz", "logical_not", "rsqrt"):
-        return Call(op.op, tuple(x))
+    if name in ("eq", "logical_and", "logical_or", "multiply", "add", "subtract", "rsub", "gtz", "logical_not",
+                "rsqrt", "floor"):
+        return Call(op.op, tuple(x) + ((a["scalar"],) if "scalar" in a else ()))
+    if name == "topk":
+        return Call(op.op, (x[0], a["k"]), {"dim": a["dim"], "largest": a["largest"], "sorted": a["sorted"]})
+    if name == "embedding":
+        return Call(op.op, (x[0], x[1]), {"layout": enum(a["layout"])})
     if name == "sum":
         return Call(op.op, (x[0],), {"dim": a["dim"], "keepdim": a["keepdim"]})
     if name == "clamp":
-        return Call(op.op, (x[0],), {"min": a.get("min"), "max": a.get("max")})
+        return Call(op.op, (x[0],), {k: a[k] for k in ("min", "max") if k in a})
     if name == "typecast":
         return Call(op.op, (x[0], enum(a["dtype"])))
     raise SpcError(f"no ttnn spelling for {op.op} (from {op.source})")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from spc.passes.choose_memory_config import ChooseMemoryConfig
 from spc.passes.choose_precision import ChoosePrecision
 from spc.passes.eliminate_dead_code import EliminateDeadCode
 from spc.passes.fold_batchnorm import FoldBatchNorm
 from spc.passes.fold_constants import FoldConstants
 from spc.passes.fuse_conv_bias_relu import FuseConvBiasRelu
+from spc.passes.fuse_keypoints import FuseKeypoints
 from spc.passes.fuse_l2norm import FuseL2Norm
 from spc.passes.fuse_score_fold import FuseScoreFold
 from spc.passes.insert_device_nms import InsertDeviceNms
@@ -28,7 +30,9 @@ def default_pipeline() -> list[Pass]:
         InsertDeviceNms(),
         FuseL2Norm(),
         PartitionHostDevice(),
+        FuseKeypoints(),
         ChoosePrecision(),
+        ChooseMemoryConfig(),
     ]
 
 

@@ -33,7 +33,8 @@ def emulates(name: str) -> Callable[[Emulation], Emulation]:
 
 # calls whose emulation already returns stored values: data movement, and conv2d (which models
 # its own packing, numerics.conv2d_device)
-STORED_BY_EMULATION = {"ttnn.reshape", "ttnn.permute", "ttnn.slice", "ttnn.to_layout", "ttnn.conv2d"}
+STORED_BY_EMULATION = {"ttnn.reshape", "ttnn.permute", "ttnn.slice", "ttnn.to_layout", "ttnn.to_memory_config",
+                       "ttnn.topk", "ttnn.embedding", "ttnn.conv2d"}
 
 
 def prepare_weight(array: np.ndarray, dtype: str) -> torch.Tensor:
@@ -96,6 +97,11 @@ def to_layout(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict
     return ins[0]
 
 
+@emulates("ttnn.to_memory_config")
+def to_memory_config(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
+    return ins[0]
+
+
 @emulates("ttnn.reshape")
 def reshape(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
     return ins[0].reshape(a["shape"])
@@ -107,7 +113,8 @@ def permute(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[s
 
 
 def _elementwise(name: str, fn: Callable[..., torch.Tensor]) -> None:
-    EMULATIONS[name] = lambda ins, weights, a: fn(*ins).to(torch.float32)
+    """``fn`` on the inputs, or on the input and the call's ``scalar``."""
+    EMULATIONS[name] = lambda ins, weights, a: fn(*ins, *([a["scalar"]] if "scalar" in a else [])).to(torch.float32)
 
 
 _elementwise("ttnn.typecast", lambda x: x)
@@ -119,7 +126,24 @@ _elementwise("ttnn.logical_not", lambda x: x == 0)
 _elementwise("ttnn.logical_and", lambda x, y: (x != 0) & (y != 0))
 _elementwise("ttnn.logical_or", lambda x, y: (x != 0) | (y != 0))
 _elementwise("ttnn.multiply", torch.mul)
+_elementwise("ttnn.add", torch.add)
+_elementwise("ttnn.subtract", torch.sub)
+_elementwise("ttnn.rsub", lambda x, y: y - x)
 _elementwise("ttnn.rsqrt", torch.rsqrt)
+_elementwise("ttnn.floor", torch.floor)
+
+
+@emulates("ttnn.topk")
+def topk(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+    """Values and positions (as exact float32 integers); ties by position, as a stable sort."""
+    x = ins[0]
+    order = torch.sort(x, dim=a["dim"], descending=a["largest"], stable=True).indices.narrow(a["dim"], 0, a["k"])
+    return torch.gather(x, a["dim"], order), order.to(torch.float32)
+
+
+@emulates("ttnn.embedding")
+def embedding(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
+    return F.embedding(ins[0].to(torch.int64), ins[1])
 
 
 @emulates("ttnn.sum")

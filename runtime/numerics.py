@@ -60,6 +60,8 @@ def round_storage(x: torch.Tensor, fmt: str) -> torch.Tensor:
     """A tensor stored on the device in ``fmt`` ("float32", "bfloat16", "bfloat8_b", "bfloat4_b")."""
     if fmt == "float32":
         return x.to(torch.float32)  # fp32 denormals would flush too; values this small never occur here
+    if fmt in ("uint32", "uint16"):
+        return torch.round(x.to(torch.float32))  # indices: whole numbers, held exactly in float32 here
     if fmt == "bfloat16":
         return round_bf16(x)
     if fmt in BLOCK_FLOAT_BITS:

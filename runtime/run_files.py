@@ -58,6 +58,7 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
     with Runner(plan, backend) as runner, Progress(transient=True, disable=len(files) < 2) as bar:
         task = bar.add_task("running", total=len(files))
         for f, x, out, vz in zip(files, arrays, npz_paths, viz_paths):
+            overflows = runner.overflows
             result = runner.run(x, dense=dense)
             arrays_out = dict(result.outputs)
             arrays_out.update({k: v for k, v in result.dense.items()})
@@ -68,4 +69,5 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
                 atomic_write(vz, overlay_png(x[0, 0], kp, result.outputs["scores"][0][keep]))
             bar.advance(task)
             n = int(result.outputs["mask"].sum())
-            print(f"{f}: {n} keypoints -> {out}" + (f", {vz}" if vz else ""))
+            note = " (more than the compact read-back holds: read densely)" if runner.overflows > overflows else ""
+            print(f"{f}: {n} keypoints{note} -> {out}" + (f", {vz}" if vz else ""))

@@ -21,10 +21,7 @@ import numpy as np
 from spc.errors import SpcError
 from spc.lowering.program import Program, TtOp
 from spc.lowering.ttnn_calls import ARCH, DEVICE, Attr, Call, Ref, Weight, describe
-
-# Arguments sized for this network at up to 720x1280 on a p150 (measured on the mock device:
-# l1_small 8 KiB fails in the encoder, 16 KiB passes).
-L1_SMALL_SIZE = 32768
+from spc.targets import L1_SMALL_BYTES
 
 
 def ttnn_message(exc: BaseException) -> str:
@@ -55,7 +52,7 @@ class TtnnProgram:
         self.program = program
         self.weights = weights
         self.prepared: dict[str, tuple[Any, Any]] = {}
-        self.device = ttnn.open_device(device_id=0, l1_small_size=L1_SMALL_SIZE, trace_region_size=0)
+        self.device = ttnn.open_device(device_id=0, l1_small_size=L1_SMALL_BYTES, trace_region_size=0)
         try:
             self.calls = [(op, self._bind(op)) for op in program.device_ops]
         except Exception:
@@ -114,15 +111,29 @@ class TtnnProgram:
             env[spec.name] = t.to_device(host, self.device)
         for (op, call), dead in zip(self.calls, frees):
             try:
-                env[op.output] = call(env)
+                result = call(env)
+                if op.extra_outputs:  # ttnn.topk: values and indices
+                    env.update(zip([op.output, *op.extra_outputs], result))
+                else:
+                    env[op.output] = result
                 for name in dead:
-                    t.deallocate(env.pop(name))
+                    self.release(env.pop(name), env)
             except SpcError:
                 raise
             except Exception as exc:
                 block = op.block or op.source
                 raise SpcError(f"ttnn rejected {op.op} for block {block}: {ttnn_message(exc)}") from None
         return {name: self._read(env[name]) for name in read}
+
+    def release(self, tensor: Any, live: dict[str, Any]) -> None:
+        """Deallocate, unless a live tensor shares the buffer: ttnn returns its input from a
+        conversion with nothing to do (to_layout to the same layout)."""
+        if not tensor.is_allocated():
+            return
+        buffer = tensor.buffer_unique_id()
+        if any(other.is_allocated() and other.buffer_unique_id() == buffer for other in live.values()):
+            return
+        self.ttnn.deallocate(tensor)
 
     def _read(self, tensor: Any) -> np.ndarray:
         t = self.ttnn

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from spc.lowering.program import Program
+from spc.lowering.ttnn_calls import Call, describe
 
 _PARAM = re.compile(r"[(,]\s*(\w+)\s*:")
 
@@ -35,29 +36,35 @@ def overloads(fn: Any) -> list[set[str]]:
     raise TypeError(f"{fn!r} has no nanobind signature")
 
 
+def _calls(x: Any) -> list[Call]:
+    """Every call in a description, nested ones (ttnn.Conv2dConfig(...)) included."""
+    if isinstance(x, Call):
+        return [x] + [c for v in (*x.args, *x.kwargs.values()) for c in _calls(v)]
+    if isinstance(x, (list, tuple)):
+        return [c for v in x for c in _calls(v)]
+    return []
+
+
 def check(program: Program) -> list[str]:
+    """The keywords of every call the program makes (as lowering/ttnn_calls.py describes it,
+    i.e. as the backend and emit-py spell it) against the installed ttnn's signatures."""
     import ttnn
 
     problems: list[str] = []
     seen: set[tuple[str, frozenset[str]]] = set()
     for op in program.device_ops:
-        name = op.op.removeprefix("ttnn.")
-        keys = frozenset(op.args)
-        if (name, keys) in seen:
-            continue
-        seen.add((name, keys))
-        fn = getattr(ttnn, name, None)
-        if fn is None:
-            problems.append(f"{op.op}: ttnn has no such function")
-            continue
-        if not any(keys <= params for params in overloads(fn)):
-            problems.append(f"{op.op} ({op.block}): no overload takes {sorted(keys)}")
-        nested = (("conv_config", ttnn.Conv2dConfig), ("compute_config", ttnn.init_device_compute_kernel_config))
-        for key, builder in nested:
-            if key in op.args:
-                fields = set(op.args[key])
-                if not any(fields <= params for params in overloads(builder)):
-                    problems.append(f"{op.op} ({op.block}): {key} fields {sorted(fields)} not all accepted")
+        for call in _calls(describe(op)):
+            keys = frozenset(call.kwargs)
+            if (call.fn, keys) in seen:
+                continue
+            seen.add((call.fn, keys))
+            fn: Any = ttnn
+            for part in call.fn.split(".")[1:]:
+                fn = getattr(fn, part, None)
+            if fn is None:
+                problems.append(f"{call.fn}: ttnn has no such function")
+            elif not any(keys <= params for params in overloads(fn)):
+                problems.append(f"{call.fn} ({op.block or op.source}): no overload takes {sorted(keys)}")
     return problems
 
 

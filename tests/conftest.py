@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,15 @@ def ir(text: str, **weights: np.ndarray) -> Graph:
     g = parse_graph(text, weights)
     verify(g)
     return g
+
+
+@pytest.fixture(scope="session")
+def ttnn_python() -> str:
+    """The Python 3.12 environment with ttnn 0.81.1 (mock p150); missing it fails, never skips."""
+    python = os.environ.get("SPC_TTNN_PYTHON") or str(Path(__file__).resolve().parents[1] / ".venv-ttnn" / "bin" / "python")
+    if not Path(python).exists():
+        pytest.fail("no ttnn environment: run `make mock-env` (the README's test command does)")
+    return python
 
 
 @pytest.fixture(scope="session")

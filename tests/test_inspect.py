@@ -10,15 +10,23 @@ from spc.targets import TARGETS
 from tests.test_cli import spc
 
 
-def test_inspect_reports_calls_and_frame_totals(small_plan: Path) -> None:
-    code, out, err = spc("inspect", small_plan, "--json")
+def test_inspect_reports_calls_and_frame_totals(small_onnx: Path, small_plan: Path, tmp_path: Path) -> None:
+    from spc.compiler import compile_onnx
+
+    dense = tmp_path / "dense.ttplan"
+    compile_onnx(small_onnx, dense, dense=True)
+    code, out, err = spc("inspect", dense, "--json")
     assert code == 0, err
     report = json.loads(out)
-    program = read_plan(small_plan).program
-    assert len(report["calls"]) == len(program.device_ops) == 45
+    assert len(report["calls"]) == len(read_plan(dense).program.device_ops) == 45
     assert report["h2d_bytes"] == 120 * 160 * 2  # one bf16 grey channel
     # NMS map (1 channel) and descriptor map (256 channels at 1/8 resolution), bf16
     assert report["d2h_bytes"] == (120 * 160 + 15 * 20 * 256) * 2
+    # the default plan reads back 160 keypoint slots: bf16 score, uint16 position, 256 bf16 values
+    code, out, err = spc("inspect", small_plan, "--json")
+    compact = json.loads(out)
+    assert compact["d2h_bytes"] == 160 * (2 + 2 + 256 * 2) < report["d2h_bytes"] / 2
+    assert all(c["headroom"] >= 0 for c in compact["calls"]) and max(c["l1_peak"] for c in compact["calls"]) > 0
     assert abs(sum(c["share"] for c in report["calls"]) - 1.0) < 1e-9
     pools = [c for c in report["calls"] if c["op"] == "ttnn.max_pool2d"]
     assert pools[0]["values"] == 60 * 80 * 64  # a 2x2 pool quarters its input

@@ -1,0 +1,141 @@
+"""A compact read-back for ``spc.Keypoints``: top-K keypoints and their descriptors on the device.
+
+Instead of the NMS score map and the descriptor map (3.1 MB per frame at 480x640), the device
+returns K scores, their positions and their sampled, normalised descriptors (0.26 MB for the
+top 500). The host finishes with ``spc.KeypointsFromTopK`` (ir/ops/spc_ops.py: threshold,
+raster order or best-first, scaling). Where the model keeps every keypoint above the threshold
+(HF ``max_keypoints = -1``), K is sized for natural images at this resolution; a frame whose K-th
+score is still above the threshold is read densely instead (runtime/runner.py), never cut.
+
+Device calls, on the [1, 1, H*W, 1] NMS map and the [1, 1, hc*wc, C] descriptor map:
+
+1. the kept window of the map (rows ``border..limit_y``, columns ``border..limit_x``), flattened;
+   ``ttnn.topk`` gives K' values and flat positions p (K' = max_keypoints + 1, to tell "exactly
+   N" from "more than N", or the capacity);
+2. in float32 (exact for integers below 2^24): y = floor((p + 0.5) / w'), x = p - y * w',
+   then HF's grid_sample coordinates u = (x - 3.5) * (wc - 1) / (W - 4.5) (align_corners) and the
+   same for v; corners, weights, and cell numbers v*wc + u (clamped: a clamped corner has weight 0);
+3. ``ttnn.embedding`` gathers the four corner descriptors; weighted sum; L2 normalisation;
+   bfloat16 for the read.
+
+Exact only when no sample reaches outside the coarse map (zero padding): border >= cell/2.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from spc.ir.graph import Node
+from spc.lowering.layout import DeviceLayout
+from spc.lowering.program import DeviceTensor, HostNode
+
+if TYPE_CHECKING:
+    from spc.lowering.lower import Emitter
+
+# capacity when every keypoint is kept: the densest natural images measured hold one per 227 pixels at
+# 240x320, one per 338 at 720x1280 (docs/memory.md); 1/128 gives 2400 slots at 480x640
+KEYPOINTS_PER_PIXEL = 1 / 128
+# the largest k ttnn 0.81.1's topk takes: 2464 on maps of 0.9 to 2 million values, 3712 on 17 thousand
+# (bisected on the mock p150: "Not enough cores or cache size available to run TopK operation")
+TOPK_MAX_K = 2048
+
+
+def capacity(n: Node) -> int:
+    """K' for the device's top-K."""
+    if int(n.attrs["max_keypoints"]) >= 0:
+        return int(n.attrs["max_keypoints"]) + 1
+    h, w = (int(d) for d in n.inputs[0].type.static_shape[1:])  # type: ignore[union-attr]
+    return min(TOPK_MAX_K, max(32, -(-int(h * w * KEYPOINTS_PER_PIXEL) // 32) * 32))
+
+
+def unsupported(n: Node, k: int, desc_dtype: str) -> str | None:
+    """Why the device cannot produce this node's keypoints exactly, if it cannot."""
+    if desc_dtype != "bfloat16":
+        return f"the descriptor map is {desc_dtype} and ttnn.embedding gathers from bfloat16 tables only"
+    if int(n.attrs["border"]) * 2 < int(n.attrs["cell"]):
+        return f"a border of {n.attrs['border']} px lets descriptor samples reach the zero padding"
+    if k > TOPK_MAX_K:
+        return f"{k} keypoint slots exceed what ttnn.topk takes ({TOPK_MAX_K})"
+    return None
+
+
+def lower_keypoints(em: Emitter, n: Node, score: str, desc: str, k: int) -> tuple[list[DeviceTensor], HostNode]:
+    """Emit the device calls; return the compact device outputs and the host node that finishes."""
+    s, d = n.inputs[0], n.inputs[1]
+    assert s is not None and d is not None
+    _, h, w = (int(v) for v in s.type.static_shape)
+    _, c, hc, wc = (int(v) for v in d.type.static_shape)
+    b, ly, lx, cell = (int(n.attrs[a]) for a in ("border", "limit_y", "limit_x", "cell"))
+    inner = lx - b
+    name = n.name
+    one = DeviceLayout(1, 1, k, 1)
+
+    def call(op: str, ins: list[str], out: str, store: str = "float32", **args: object) -> str:
+        shape = args.pop("out_shape", one.device_shape)
+        return em.emit(op, ins, f"{name}/{out}", one, name, store=store, out_shape=shape, **args)
+
+    # the descriptor map leaves L1 first: ttnn.topk needs much of one core's L1 (measured on the mock
+    # p150 at 1080x1920: its buffers clashed with the map's shards)
+    table = call("ttnn.to_memory_config", [desc], "table_dram", em.dtypes.get(desc, "bfloat16"),
+                 out_shape=[1, 1, hc * wc, c], memory_config="DRAM_INTERLEAVED")
+    m = call("ttnn.to_layout", [score], "map_rm", "bfloat16", out_shape=[1, 1, h * w, 1], layout="ROW_MAJOR_LAYOUT")
+    m = call("ttnn.reshape", [m], "map_2d", "bfloat16", out_shape=[1, 1, h, w], shape=[1, 1, h, w])
+    m = call("ttnn.slice", [m], "window", "bfloat16", out_shape=[1, 1, ly - b, inner], starts=[0, 0, b, b],
+             ends=[1, 1, ly, lx], steps=[1, 1, 1, 1])
+    # flattened as tiles: a row-major [1, N] page is the whole map, which the reshape stages in L1
+    # (measured on the mock p150: 3.7 MB asked for at 720x1280)
+    m = call("ttnn.to_layout", [m], "window_tiled", "bfloat16", out_shape=[1, 1, ly - b, inner], layout="TILE_LAYOUT")
+    flat = [1, 1, 1, (ly - b) * inner]
+    m = call("ttnn.reshape", [m], "window_flat", "bfloat16", out_shape=flat, shape=flat)
+    index_dtype = "uint32" if flat[-1] > 65536 else "uint16"  # as ttnn.topk chooses
+    values = call("ttnn.topk", [m], "values", "bfloat16", out_shape=[1, 1, 1, k], k=k, dim=-1, largest=True,
+                  sorted=True, extra_outputs=[f"{name}/positions"], extra_dtypes=[index_dtype])
+    positions = f"{name}/positions"
+    p = call("ttnn.typecast", [positions], "p", dtype="float32")
+    # y = floor((p + 0.5) / w'): the half keeps the product off integers, where float rounding could err
+    y = call("ttnn.floor", [call("ttnn.multiply", [call("ttnn.add", [p], "p_mid", scalar=0.5)], "rows",
+                                 scalar=1.0 / inner)], "y")
+    x = call("ttnn.subtract", [p, call("ttnn.multiply", [y], "row_start", scalar=float(inner))], "x")
+    # grid_sample (align_corners) coordinates on the coarse map, of pixel (x + b, y + b)
+    u = call("ttnn.multiply", [call("ttnn.add", [x], "x_px", scalar=b - cell / 2 + 0.5)], "u",
+             scalar=(wc - 1) / (wc * cell - cell / 2 - 0.5))
+    v = call("ttnn.multiply", [call("ttnn.add", [y], "y_px", scalar=b - cell / 2 + 0.5)], "v",
+             scalar=(hc - 1) / (hc * cell - cell / 2 - 0.5))
+    u0, v0 = call("ttnn.floor", [u], "u0"), call("ttnn.floor", [v], "v0")
+    fu, fv = call("ttnn.subtract", [u, u0], "fu"), call("ttnn.subtract", [v, v0], "fv")
+    u1 = call("ttnn.clamp", [call("ttnn.add", [u0], "u0_next", scalar=1.0)], "u1", max=float(wc - 1))
+    v1 = call("ttnn.clamp", [call("ttnn.add", [v0], "v0_next", scalar=1.0)], "v1", max=float(hc - 1))
+    r0 = call("ttnn.multiply", [v0], "row0", scalar=float(wc))
+    r1 = call("ttnn.multiply", [v1], "row1", scalar=float(wc))
+    gu, gv = call("ttnn.rsub", [fu], "gu", scalar=1.0), call("ttnn.rsub", [fv], "gv", scalar=1.0)
+    table = call("ttnn.to_layout", [table], "table_rm", em.dtypes.get(desc, "bfloat16"), out_shape=[1, 1, hc * wc, c],
+                 layout="ROW_MAJOR_LAYOUT")
+    table = call("ttnn.reshape", [table], "table", em.dtypes.get(desc, "bfloat16"), out_shape=[hc * wc, c],
+                 shape=[hc * wc, c])
+    acc = None
+    for tag, row, col, wy, wx in (("00", r0, u0, gv, gu), ("01", r0, u1, gv, fu),
+                                  ("10", r1, u0, fv, gu), ("11", r1, u1, fv, fu)):
+        cell_no = call("ttnn.add", [row, col], f"cell{tag}")
+        ids = call("ttnn.typecast", [cell_no], f"ids{tag}", "uint32", dtype="uint32")
+        ids = call("ttnn.to_layout", [ids], f"ids{tag}_rm", "uint32", layout="ROW_MAJOR_LAYOUT")
+        ids = call("ttnn.reshape", [ids], f"ids{tag}_row", "uint32", out_shape=[1, k], shape=[1, k])
+        got = call("ttnn.embedding", [ids, table], f"desc{tag}", em.dtypes.get(desc, "bfloat16"),
+                   out_shape=[1, k, c], layout="TILE_LAYOUT")
+        got = call("ttnn.typecast", [got], f"desc{tag}_f32", out_shape=[1, k, c], dtype="float32")
+        weight = call("ttnn.multiply", [wy, wx], f"w{tag}")
+        weight = call("ttnn.reshape", [weight], f"w{tag}_col", out_shape=[1, k, 1], shape=[1, k, 1])
+        term = call("ttnn.multiply", [got, weight], f"term{tag}", out_shape=[1, k, c])
+        acc = term if acc is None else call("ttnn.add", [acc, term], f"sum{tag}", out_shape=[1, k, c])
+    assert acc is not None
+    sq = call("ttnn.multiply", [acc, acc], "sq", out_shape=[1, k, c])
+    ss = call("ttnn.sum", [sq], "sumsq", out_shape=[1, k, 1], dim=-1, keepdim=True)
+    ss = call("ttnn.clamp", [ss], "sumsq_clamped", out_shape=[1, k, 1], min=1e-24)  # F.normalize's eps, squared
+    inv = call("ttnn.rsqrt", [ss], "inv_norm", out_shape=[1, k, 1])
+    out = call("ttnn.multiply", [acc, inv], "descriptors_f32", out_shape=[1, k, c])
+    out = call("ttnn.typecast", [out], "descriptors", "bfloat16", out_shape=[1, k, c], dtype="bfloat16")
+    outputs = [DeviceTensor(values, [1, k], [1, 1, 1, k]), DeviceTensor(positions, [1, k], [1, 1, 1, k]),
+               DeviceTensor(out, [1, k, c], [1, k, c])]
+    attrs = {"threshold": n.attrs["threshold"], "border": b, "limit_x": lx, "max_keypoints": n.attrs["max_keypoints"],
+             "height": h, "width": w}
+    tail = HostNode("spc.KeypointsFromTopK", n.name, [values, positions, out], [o.name for o in n.outputs], attrs)
+    return outputs, tail

@@ -1,0 +1,139 @@
+"""Which tensors one core's L1 holds while each call runs, and whether the call fits.
+
+:func:`place` replays one op's allocations on a :class:`~spc.memory.ledger.Ledger` in ttnn's
+order (staged input, halo, output, then the program's circular buffers against the lowest live
+tensor) and frees what is dead after it. :func:`walk` does that for every call of a lowered
+program; the choose-memory-config pass does it for IR nodes while it chooses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spc.lowering.program import Program, TtOp
+from spc.memory.config import MemoryConfig
+from spc.memory.l1 import ConvSpec, L1Use, PoolSpec, Window, conv_l1, pool_l1, tensor_per_core
+from spc.memory.ledger import Ledger
+from spc.targets import Target
+
+
+@dataclass(frozen=True)
+class Resident:
+    """Where a device tensor lives: bytes on the busiest core (0 in DRAM), its cores, tiled or not."""
+
+    bytes: int
+    cores: int | None
+    tiled: bool
+
+
+DRAM_RM = Resident(0, None, False)
+# a binary element-wise call's circular buffers: 12-16 KiB measured on the mock p150, whatever the size
+BINARY_CB = 16384
+
+
+@dataclass(frozen=True)
+class Placed:
+    use: L1Use
+    live_before: int  # bytes of other tensors on the core while the op runs
+    headroom: int  # bytes to spare at the tightest moment; negative: ttnn refuses the op
+
+    @property
+    def fits(self) -> bool:
+        return self.headroom >= 0
+
+    @property
+    def total(self) -> int:
+        return self.live_before + self.use.peak
+
+
+def place(ledger: Ledger, name: str, use: L1Use, dead: list[str] = ()) -> Placed:  # type: ignore[assignment]
+    """Two moments count: the halo (staged input + halo output, whose own buffers are small) and
+    the op's program (halo + output + its circular buffers against the lowest live tensor)."""
+    live = ledger.in_use()
+    missing = 0  # bytes no hole could hold: they come off the room left for circular buffers
+    missing += 0 if ledger.alloc(name + "/staged", use.staged_input) else use.staged_input
+    missing += 0 if ledger.alloc(name + "/halo", use.halo) else use.halo
+    at_halo = ledger.cb_room() - missing
+    ledger.free(name + "/staged")
+    missing = 0 if name + "/halo" in ledger.blocks else use.halo
+    missing += 0 if ledger.alloc(name, use.output) else use.output
+    at_program = ledger.cb_room() - missing - use.cb
+    ledger.free(name + "/halo")
+    if not use.output_in_l1:
+        ledger.free(name)
+    for d in dead:
+        ledger.free(d)
+    return Placed(use, live, min(at_halo, at_program))
+
+
+def try_place(ledger: Ledger, name: str, use: L1Use) -> Placed:
+    """:func:`place` on a copy: what the op would do, the ledger untouched."""
+    return place(ledger.copy(), name, use)
+
+
+def op_memory(args: dict) -> MemoryConfig:
+    abh = int(args.get("conv_config", {}).get("act_block_h_override", 0))
+    return MemoryConfig.from_slice_config(args.get("slice_config"), abh)
+
+
+def conv_spec(op: TtOp, input_tiled: bool) -> ConvSpec:
+    a = op.args
+    p = a["padding"]
+    win = Window(a["batch_size"], a["input_height"], a["input_width"], a["in_channels"], tuple(a["kernel_size"]),
+                 tuple(a["stride"]), (p[0], p[1], p[2], p[3]), tuple(a["dilation"]))
+    cc = a["compute_config"]
+    return ConvSpec(win, a["out_channels"], a["groups"], "bias_tensor" in op.weights, a["conv_config"]["weights_dtype"],
+                    a["dtype"], cc["fp32_dest_acc_en"], cc["packer_l1_acc"], input_tiled)
+
+
+def pool_spec(op: TtOp, src: Resident) -> PoolSpec:
+    a = op.args
+    p = a["padding"]
+    win = Window(a["batch_size"], a["input_h"], a["input_w"], a["channels"], tuple(a["kernel_size"]),
+                 tuple(a["stride"]), (p[0], p[0], p[1], p[1]), tuple(a["dilation"]))
+    return PoolSpec(win, src.tiled, src.bytes > 0, a.get("memory_config") != "DRAM_INTERLEAVED")
+
+
+def topk_buffers(k: int) -> int:
+    """ttnn.topk's dataflow buffers on its busiest core: 36 KiB + 576 B per slot (k rounded up to
+    32), fitted exactly to six sizes measured on the mock p150 (k 64 to 2400 on 0.3 to 2 million
+    values; smaller inputs took 64 KiB, less than this). Not read from the source."""
+    return 36864 + 576 * (-(-k // 32) * 32)
+
+
+def op_use(op: TtOp, src: Resident, target: Target) -> tuple[L1Use, Resident]:
+    """The L1 model of one ttnn call, and where its output ends up."""
+    if op.op == "ttnn.conv2d":
+        use = conv_l1(conv_spec(op, src.tiled), op_memory(op.args), target.cores, src.cores if src.bytes else None,
+                      input_in_dram=not src.bytes)
+        return use, Resident(use.output, use.cores, True) if use.output_in_l1 else Resident(0, None, True)
+    if op.op == "ttnn.max_pool2d":
+        use = pool_l1(pool_spec(op, src), op_memory(op.args), target.cores, src.cores)
+        return use, Resident(use.output, use.cores, False) if use.output_in_l1 else DRAM_RM
+    # element-wise, reductions, reshapes: stay where their input is
+    in_l1 = src.bytes > 0 and op.args.get("memory_config") != "DRAM_INTERLEAVED"
+    cb = BINARY_CB if len(op.inputs) > 1 else 0
+    if op.op == "ttnn.topk":
+        cb = topk_buffers(int(op.args["k"]))
+    values = 1
+    for d in op.shape:
+        values *= int(d)
+    cores = src.cores or target.cores
+    size = tensor_per_core(values, int(op.shape[-1]) if op.shape else 1, op.dtype, cores) if in_l1 else 0
+    tiled = src.tiled and op.op != "ttnn.to_layout"
+    return L1Use(cb, size, 0, cores, 0, in_l1), Resident(size, src.cores if in_l1 else None, tiled)
+
+
+def walk(program: Program, target: Target, keep: set[str] | None = None) -> list[Placed]:
+    """Every call of ``program``, placed in order, as the runtime frees tensors (Program.frees)."""
+    ledger = Ledger(target)
+    where: dict[str, Resident] = {t.name: DRAM_RM for t in program.device_inputs}
+    frees = program.frees(keep if keep is not None else {t.name for t in program.device_outputs})
+    out = []
+    for op, dead in zip(program.device_ops, frees):
+        src = where.get(op.inputs[0], DRAM_RM) if op.inputs else DRAM_RM
+        use, where[op.output] = op_use(op, src, target)
+        out.append(place(ledger, op.output, use, dead))
+        for name in dead:
+            where.pop(name, None)
+    return out

@@ -1,0 +1,71 @@
+"""The L1 model against figures ttnn 0.81.1's own allocator reported on the mock p150.
+
+Each case was measured with scripts/l1_agreement.py (graph capture around the call: peak circular
+buffers and peak L1 buffers on the busiest core) on the 480x640 plan at the accurate preset;
+tests/test_memory_on_mock.py re-measures a set of them on every CI run.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from spc.memory.config import MemoryConfig
+from spc.memory.l1 import ConvSpec, PoolSpec, Window, conv_l1, nhw_cores, pool_l1, slice_windows
+
+P150_CORES = 110
+
+
+def conv(h: int, w: int, cin: int, cout: int, tiled: bool) -> ConvSpec:
+    win = Window(1, h, w, cin, (3, 3), (1, 1), (1, 1, 1, 1))
+    return ConvSpec(win, cout, 1, True, "bfloat16", "bfloat16", True, True, tiled)
+
+
+def pool(h: int, w: int, c: int, k: int, tiled: bool, in_l1: bool, out_l1: bool) -> PoolSpec:
+    r = k // 2 if k > 2 else 0
+    return PoolSpec(Window(1, h, w, c, (k, k), (1, 1) if k > 2 else (2, 2), (r, r, r, r)), tiled, in_l1, out_l1)
+
+
+# (what, model call, ttnn's circular buffers, ttnn's L1 buffers): bytes on the busiest core
+MEASURED = [
+    ("conv 1->64 on 480x640, L1, whole-shard blocks",
+     lambda: conv_l1(conv(480, 640, 1, 64, False), MemoryConfig(), P150_CORES, input_in_dram=True), 1089600, 426272),
+    ("conv 1->64 on 480x640, L1, act_block_h 8",
+     lambda: conv_l1(conv(480, 640, 1, 64, False), MemoryConfig("l1", 8), P150_CORES, input_in_dram=True),
+     114752, 426416),
+    ("conv 64->64 on 240x320 after a pool on 110 cores",
+     lambda: conv_l1(conv(240, 320, 64, 64, False), MemoryConfig(), P150_CORES, input_cores=110), 749632, 263456),
+    ("conv 64->64 on 480x640, DRAM, 3 row slices",
+     lambda: conv_l1(conv(480, 640, 64, 64, True), MemoryConfig("dram", 0, "height", 3), P150_CORES), 1011776, 414880),
+    ("conv 64->64 on 480x640, DRAM, 3 column slices",
+     lambda: conv_l1(conv(480, 640, 64, 64, True), MemoryConfig("dram", 0, "width", 3), P150_CORES), 1044544, 317520),
+    ("conv 128->128 on 120x160 after a conv",
+     lambda: conv_l1(conv(120, 160, 128, 128, True), MemoryConfig(), P150_CORES, input_cores=110), 499776, 182304),
+    ("2x2 pool on 480x640x64 from DRAM",
+     lambda: pool_l1(pool(480, 640, 64, 2, True, False, True), MemoryConfig(), P150_CORES), 16640, 868128),
+    ("2x2 pool on 240x320x64, DRAM, 3 column slices",
+     lambda: pool_l1(pool(240, 320, 64, 2, True, False, True), MemoryConfig("dram", 0, "width", 3), P150_CORES),
+     32896, 89424),
+    ("9x9 NMS window max on 480x640x1 from DRAM",
+     lambda: pool_l1(pool(480, 640, 1, 9, False, False, False), MemoryConfig(), P150_CORES), 14336, 217808),
+]
+
+
+@pytest.mark.parametrize(("what", "model", "cb", "l1"), MEASURED, ids=[m[0] for m in MEASURED])
+def test_agrees_with_ttnn(what: str, model, cb: int, l1: int) -> None:
+    use = model()
+    assert use.cb == cb  # circular buffers: ttnn's own sizing, to the byte
+    assert abs(use.l1 - l1) <= 0.015 * l1  # tensors: within 1.5 % (DRAM slices' staged input the worst)
+
+
+def test_core_count_search() -> None:
+    assert nhw_cores(150, 110) == 75  # 2 tiles on 75 cores wastes nothing
+    assert nhw_cores(2400, 110) == 110  # 22 tiles each; 20 tiles of padding < one core's share
+    assert nhw_cores(9600, 110, mult=16) == 100  # act_block_h 16: shares of 96 tiles
+
+
+def test_width_slices_are_whole_tiles_of_columns() -> None:
+    win = Window(1, 480, 640, 64, (3, 3), (1, 1), (1, 1, 1, 1))
+    assert [s.out_w for s in slice_windows(win, "width", 3)] == [224, 224, 192]  # 20 tiles cut 7/7/6
+    assert [s.w for s in slice_windows(win, "width", 3)] == [225, 226, 193]  # plus the halo columns
+    assert [s.out_h for s in slice_windows(win, "height", 3)] == [160, 160, 160]
+    assert [s.pads[:2] for s in slice_windows(win, "height", 3)] == [(1, 0), (0, 0), (0, 1)]  # edges keep padding
