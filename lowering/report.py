@@ -1,7 +1,8 @@
 """`spc inspect PLAN`: what a plan will do on the device, call by call, and per frame.
 
 Per call: the ttnn op, its precision block, its output (values, format), its memory
-configuration (L1 or DRAM path and slices, as the choose-memory-config pass chose), the L1 its
+configuration (L1 or DRAM path and slices, as the choose-memory-config pass chose) and shard
+(cores x rows x channels of the output on one core), the L1 its
 busiest core needs while it runs and the room left (memory/residency.py: the L1 model checked
 against ttnn's allocator), and its predicted time and share (lowering/cost.py). Per frame:
 predicted device time, bytes host-to-device and device-to-host, layout conversions, calls.
@@ -13,6 +14,8 @@ from dataclasses import asdict, dataclass
 
 from spc.lowering.cost import BYTES_PER_VALUE, estimate, numel
 from spc.lowering.plan import Plan
+from spc.lowering.program import TtOp
+from spc.memory.l1 import L1Use
 from spc.memory.residency import op_memory, walk
 from spc.targets import get_target
 
@@ -27,6 +30,7 @@ class CallRow:
     values: int
     dtype: str
     memory: str
+    shard: str  # per core: rows x columns of the output (height-sharded calls)
     l1_peak: int  # bytes on the busiest core while the call runs, tensors already in L1 included
     headroom: int
     predicted_us: float
@@ -56,6 +60,13 @@ def _memory(args: dict) -> str:
     return "DRAM" if args.get("memory_config") == "DRAM_INTERLEAVED" else "as input"
 
 
+def _shard(op: TtOp, use: L1Use) -> str:
+    if op.op not in ("ttnn.conv2d", "ttnn.max_pool2d") or not use.shard_rows:
+        return ""
+    where = "" if use.output_in_l1 else " per slice"
+    return f"{use.cores} x [{use.shard_rows}, {op.shape[-1]}]{where}"
+
+
 def plan_report(plan: Plan) -> PlanReport:
     p = plan.program
     target = get_target(plan.manifest.get("target", "p150"))
@@ -64,8 +75,9 @@ def plan_report(plan: Plan) -> PlanReport:
     total = sum(c.seconds for c in costs) or 1.0
     dtypes = {op.output: op.dtype for op in p.device_ops}
     dtypes.update({name: dt for op in p.device_ops for name, dt in zip(op.extra_outputs, op.extra_dtypes)})
-    rows = [CallRow(i, c.op.op, c.op.block or c.op.source, c.values, c.op.dtype, _memory(c.op.args), m.total,
-                    m.headroom, c.seconds * 1e6, c.seconds / total) for i, (c, m) in enumerate(zip(costs, placed))]
+    rows = [CallRow(i, c.op.op, c.op.block or c.op.source, c.values, c.op.dtype, _memory(c.op.args),
+                    _shard(c.op, m.use), m.total, m.headroom, c.seconds * 1e6, c.seconds / total)
+            for i, (c, m) in enumerate(zip(costs, placed))]
     h2d = sum(numel(t.device_shape) * 2 for t in p.device_inputs)  # uploaded as bf16
     d2h = sum(int(numel(t.device_shape) * BYTES_PER_VALUE[dtypes.get(t.name, "bfloat16")]) for t in p.device_outputs)
     preset = plan.manifest.get("options", {}).get("precision", {})
@@ -81,11 +93,11 @@ def print_report(report: PlanReport) -> None:
     table = Table(title=f"device program: {len(report.calls)} ttnn calls, target {report.target}, "
                         f"precision {report.precision}")
     numeric = ("#", "output values", "L1 peak/core", "headroom", "pred. us", "share")
-    for col in ("#", "call", "block", "output values", "format", "memory", "L1 peak/core", "headroom", "pred. us",
-                "share"):
+    for col in ("#", "call", "block", "output values", "format", "memory", "cores x shard", "L1 peak/core",
+                "headroom", "pred. us", "share"):
         table.add_column(col, justify="right" if col in numeric else "left")
     for r in report.calls:
-        table.add_row(str(r.index), r.op.removeprefix("ttnn."), r.block, f"{r.values:,}", r.dtype, r.memory,
+        table.add_row(str(r.index), r.op.removeprefix("ttnn."), r.block, f"{r.values:,}", r.dtype, r.memory, r.shard,
                       f"{r.l1_peak / 1024:,.0f} KiB", f"{r.headroom / 1024:,.0f} KiB", f"{r.predicted_us:.1f}",
                       f"{r.share:.1%}")
     console = Console()
