@@ -89,7 +89,14 @@ def _overlay(pkg: Path, root: Path) -> None:
     (compiler / "riscv-tt-elf-g++").symlink_to(HERE / "fake_riscv_gxx.py")
 
 
-_PROBE = "import ttnn\nd = ttnn.open_device(device_id=0, l1_small_size=0, trace_region_size=0)\nttnn.close_device(d)\n"
+# the device configurations spc opens: one command queue (call by call), and the 1x1 mesh with two
+# command queues that trace replay uses. Each has its own firmware build key.
+_PROBES = {
+    "one queue": "import ttnn\nd = ttnn.open_device(device_id=0, l1_small_size=0, trace_region_size=0)\n"
+                 "ttnn.close_device(d)\n",
+    "two queues": "import ttnn\nd = ttnn.open_mesh_device(ttnn.MeshShape(1, 1), num_command_queues=2)\n"
+                  "ttnn.close_mesh_device(d)\n",
+}
 
 
 def prepare(home: Path | None = None) -> dict[str, str]:
@@ -105,26 +112,32 @@ def prepare(home: Path | None = None) -> dict[str, str]:
         return variables
     root = home / "root"
     _overlay(pkg, root)
-    # the build key is discovered, not assumed: open once in a throw-away cache and read the
-    # name of the folder tt-metal creates for it
+    for what, probe in _PROBES.items():
+        _link_firmware_key(what, probe, home, variables, root, firmware)
+    home.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps({"package": str(pkg), "ttnn": TTNN_VERSION}))
+    return variables
+
+
+def _link_firmware_key(what: str, probe_code: str, home: Path, variables: dict[str, str], root: Path,
+                       firmware: Path) -> None:
+    """The build key is discovered, not assumed: open once in a throw-away cache and read the
+    name of the folder tt-metal creates for it; link it to the shipped firmware."""
     for _ in range(2):
         with tempfile.TemporaryDirectory(dir=home) as probe:
             run_env = {**os.environ, **variables, "TT_METAL_CACHE": probe + "/"}
-            proc = subprocess.run([sys.executable, "-c", _PROBE], env=run_env, cwd=probe, capture_output=True,
+            proc = subprocess.run([sys.executable, "-c", probe_code], env=run_env, cwd=probe, capture_output=True,
                                   text=True, check=False)
             keys = [p.name[len("tt-metal-cache"):] for p in Path(probe).glob("tt-metal-cache*")]
             keys = [k for k in keys if k.isdigit()]  # tt-metal-cache/ itself holds precompiled headers
         if proc.returncode == 0:
-            home.mkdir(parents=True, exist_ok=True)
-            stamp.write_text(json.dumps({"package": str(pkg), "ttnn": TTNN_VERSION}))
-            return variables
+            return
         if not keys or (root / "tt_metal" / "pre-compiled" / keys[0]).exists():
             tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-            raise HarnessError(f"opening the mock p150 failed ({tail}); the harness's assumptions about "
+            raise HarnessError(f"opening the mock p150 ({what}) failed ({tail}); the harness's assumptions about "
                                f"ttnn {TTNN_VERSION} no longer hold")
         (root / "tt_metal" / "pre-compiled" / keys[0]).symlink_to(firmware)
-    raise HarnessError("opening the mock p150 still fails after linking its firmware key")
-
+    raise HarnessError(f"opening the mock p150 ({what}) still fails after linking its firmware key")
 
 if __name__ == "__main__":
     try:
