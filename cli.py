@@ -167,9 +167,10 @@ def _inputs(paths: tuple[Path, ...]) -> list[Path]:
 @click.option("--viz", type=click.Path(path_type=Path), default=None, help="overlay PNG (a folder for several)")
 @click.option("--backend", type=click.Choice(["emu", "ttnn-mock", "ttnn"]), default="emu", show_default=True,
               help="emu: CPU with device numerics; ttnn-mock: real ttnn on a mock p150 (validation only)")
+@click.option("--no-trace", is_flag=True, help="ttnn: run call by call instead of replaying a captured trace")
 @_one_line_errors
 def run(plan: Path, inputs: tuple[Path, ...], output: Path | None, dense: bool, viz: Path | None,
-        backend: str) -> None:
+        backend: str, no_trace: bool) -> None:
     """Run a plan on images or .npy inputs; write the model's outputs as .npz."""
     if backend.startswith("ttnn"):
         _ttnn_interpreter()
@@ -177,7 +178,25 @@ def run(plan: Path, inputs: tuple[Path, ...], output: Path | None, dense: bool, 
     from spc.runtime.run_files import run_files
 
     files = _inputs(inputs)
-    run_files(read_plan(plan), files, output, viz, dense, backend)
+    run_files(read_plan(plan), files, output, viz, dense, backend, trace=not no_trace)
+
+
+@main.command(short_help="Per-phase timings of a plan on a backend (for hardware: ttnn).")
+@click.argument("plan", type=click.Path(path_type=Path))
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--backend", type=click.Choice(["emu", "ttnn-mock", "ttnn"]), default="emu", show_default=True)
+@click.option("--frames", type=click.IntRange(1, 10000), default=20, show_default=True)
+@click.option("--no-trace", is_flag=True, help="ttnn: call by call instead of trace replay")
+@_one_line_errors
+def bench(plan: Path, inputs: tuple[Path, ...], backend: str, frames: int, no_trace: bool) -> None:
+    """Time a plan frame by frame: host pre, input write, device (trace replay), read-back, host
+    post; forward-only and end-to-end fps, beside the hand-written port's."""
+    if backend.startswith("ttnn"):
+        _ttnn_interpreter()
+    from spc.lowering.plan import read_plan
+    from spc.runtime.bench import bench_plan, print_bench
+
+    print_bench(bench_plan(read_plan(plan), _inputs(inputs), backend, frames, trace=not no_trace))
 
 
 @main.command(short_help="Compare a plan with onnxruntime on the source ONNX.")

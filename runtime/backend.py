@@ -27,7 +27,8 @@ class Backend(Protocol):
 BACKENDS = ("emu", "ttnn-mock", "ttnn")
 
 
-def get_backend(name: str) -> Backend:
+def get_backend(name: str, trace: bool = True) -> Backend:
+    """``trace``: on a device, capture the program as a trace and replay it (ignored elsewhere)."""
     if name == "emu":
         from spc.runtime.emu import EmuBackend
 
@@ -35,5 +36,5 @@ def get_backend(name: str) -> Backend:
     if name in ("ttnn", "ttnn-mock"):
         from spc.runtime.ttnn_backend import TtnnBackend
 
-        return TtnnBackend(mock=name == "ttnn-mock")
+        return TtnnBackend(mock=name == "ttnn-mock", trace=trace)
     raise SpcError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})")

@@ -46,7 +46,7 @@ def overlay_png(grey: np.ndarray, keypoints: np.ndarray, scores: np.ndarray) -> 
 
 
 def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | None, dense: bool,
-              backend: str) -> None:
+              backend: str, trace: bool = True) -> None:
     from rich.progress import Progress
 
     spec = plan.program.inputs[0]
@@ -55,7 +55,7 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
     viz_paths = output_paths(files, viz, ".png") if viz is not None else [None] * len(files)
     # read every input first: a bad file fails before anything is written
     arrays = [load_input(f, shape) for f in files]
-    with Runner(plan, backend) as runner, Progress(transient=True, disable=len(files) < 2) as bar:
+    with Runner(plan, backend, trace) as runner, Progress(transient=True, disable=len(files) < 2) as bar:
         task = bar.add_task("running", total=len(files))
         for f, x, out, vz in zip(files, arrays, npz_paths, viz_paths):
             overflows = runner.overflows

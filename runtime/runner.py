@@ -23,10 +23,10 @@ class RunResult:
 
 
 class Runner:
-    def __init__(self, plan: Plan, backend: str = "emu") -> None:
+    def __init__(self, plan: Plan, backend: str = "emu", trace: bool = True) -> None:
         self.plan = plan
         self.program = plan.program
-        self.device = get_backend(backend).prepare(plan.program, plan.weights)
+        self.device = get_backend(backend, trace).prepare(plan.program, plan.weights)
         self.overflows = 0  # frames read densely because the compact read-back could not hold them
 
     def close(self) -> None:
@@ -68,6 +68,7 @@ class Runner:
             run_host(p.fallback_post, env, self.plan.weights)
         t3 = time.perf_counter()
         seconds.update(host_pre=t1 - t0, device=t2 - t1, host_post=t3 - t2)
+        seconds.update({f"device.{k}": v for k, v in getattr(self.device, "seconds", {}).items()})
         maps = {}
         if dense:
             maps = {role: DeviceLayout.of(t.shape).from_device(got[t.name], t.shape) for role, t in p.probes.items()}

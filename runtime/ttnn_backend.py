@@ -1,18 +1,25 @@
 """The ``ttnn`` backends: the plan's device program executed by the real ttnn library.
 
-* ``ttnn``: a Tenstorrent device (not validated here: no hardware; call by call, no trace yet);
+* ``ttnn``: a Tenstorrent device (not validated here: no hardware). By default the program is
+  captured as a trace after a warm-up run; per frame the input is written on command queue 1
+  while queue 0 replays the trace, ordered by events, and only the plan's outputs are read;
 * ``ttnn-mock``: a mock Blackhole p150 (runtime/ttnn_mock/harness.py): ttnn's host code validates
   every call, allocates L1 and sizes circular buffers; nothing executes, values come back zero.
+  Trace capture and events crash in mock mode, so it runs call by call (``--no-trace`` on a device).
 
-Imports only numpy and ttnn (ttnn 0.81.1 exists for Python 3.10/3.12 only; see `make mock-env`).
-Each program call is evaluated from its description (lowering/ttnn_calls.py); conv weights go up as
-float32 host tensors and come back prepared from the first run (return_weights_and_bias), so
-later runs reuse them, as the hand-written port does. The device is closed on every exit path.
+Both open the same device, a 1x1 mesh with two command queues, and write each frame into
+persistent input tensors. Imports only numpy and ttnn (ttnn 0.81.1 exists for Python 3.10/3.12
+only; see `make mock-env`). Each program call is evaluated from its description
+(lowering/ttnn_calls.py); conv weights go up as float32 host tensors and come back prepared from
+the first run (return_weights_and_bias), so later runs reuse them, as the hand-written port does.
+The device is closed on every exit path. The calls the runtime itself makes are listed in
+RUNTIME_CALLS, which runtime/ttnn_signatures.py checks against the installed ttnn.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +29,23 @@ from spc.errors import SpcError
 from spc.lowering.program import Program, TtOp
 from spc.lowering.ttnn_calls import ARCH, DEVICE, Attr, Call, Ref, Weight, describe
 from spc.targets import L1_SMALL_BYTES
+
+TRACE_REGION_BYTES = 64 << 20  # DRAM for the captured commands; the program has about 130 calls
+
+# ttnn entry points the runtime calls besides the program's, with the keywords it passes: the mock
+# cannot run trace capture or events (both crash there), so their spelling is checked instead
+RUNTIME_CALLS: dict[str, tuple[str, ...]] = {
+    "open_mesh_device": ("mesh_shape", "l1_small_size", "trace_region_size", "num_command_queues"),
+    "allocate_tensor_on_device": ("shape", "dtype", "layout", "mesh_device", "memory_config"),
+    "copy_host_to_device_tensor": ("host_tensor", "device_tensor", "cq_id"),
+    "record_event": ("mesh_device", "cq_id"),
+    "wait_for_event": ("cq_id", "mesh_event"),
+    "begin_trace_capture": ("mesh_device", "cq_id"),
+    "end_trace_capture": ("mesh_device", "trace_id", "cq_id"),
+    "execute_trace": ("mesh_device", "trace_id", "cq_id", "blocking"),
+    "release_trace": ("mesh_device", "trace_id"),
+    "close_mesh_device": ("mesh_device",),
+}
 
 
 def ttnn_message(exc: BaseException) -> str:
@@ -36,7 +60,7 @@ def ttnn_message(exc: BaseException) -> str:
 
 
 class TtnnProgram:
-    def __init__(self, program: Program, weights: dict[str, np.ndarray], mock: bool) -> None:
+    def __init__(self, program: Program, weights: dict[str, np.ndarray], mock: bool, trace: bool = False) -> None:
         if mock:
             from spc.runtime.ttnn_mock.harness import HarnessError, prepare
 
@@ -52,7 +76,15 @@ class TtnnProgram:
         self.program = program
         self.weights = weights
         self.prepared: dict[str, tuple[Any, Any]] = {}
-        self.device = ttnn.open_device(device_id=0, l1_small_size=L1_SMALL_BYTES, trace_region_size=0)
+        self.traced = trace
+        self.trace_id: Any = None
+        self.kept: dict[str, Any] = {}  # the traced program's outputs, rewritten by every replay
+        self.replayed_for: Any = None  # the inputs of the last replay (the runner may read twice)
+        self.done_event: Any = None
+        self.seconds: dict[str, float] = {}  # the last frame's phases
+        self.inputs: dict[str, Any] = {}
+        self.device = self.call("open_mesh_device", mesh_shape=ttnn.MeshShape(1, 1), l1_small_size=L1_SMALL_BYTES,
+                                trace_region_size=TRACE_REGION_BYTES if trace else 0, num_command_queues=2)
         try:
             self.calls = [(op, self._bind(op)) for op in program.device_ops]
         except Exception:
@@ -101,15 +133,27 @@ class TtnnProgram:
         return x
 
     # -- running ---------------------------------------------------------------------------------
-    def run(self, inputs: dict[str, np.ndarray], read: list[str]) -> dict[str, np.ndarray]:
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """A runtime-level ttnn call, with keywords from RUNTIME_CALLS only."""
+        assert set(kwargs) <= set(RUNTIME_CALLS[name]), (name, kwargs)
+        return getattr(self.ttnn, name)(*args, **kwargs)
+
+    def _write(self, inputs: dict[str, np.ndarray], queue: int) -> None:
         t = self.ttnn
-        env: dict[str, Any] = {}
-        frees = self.program.frees(set(read))
         for spec in self.program.device_inputs:
             host = t.Tensor(np.ascontiguousarray(inputs[spec.name], dtype=np.float32).reshape(spec.device_shape),
                             data_type=t.bfloat16, layout=t.ROW_MAJOR_LAYOUT)
-            env[spec.name] = t.to_device(host, self.device)
-        for (op, call), dead in zip(self.calls, frees):
+            if spec.name not in self.inputs:  # persistent: a trace reads its input from a fixed buffer
+                self.inputs[spec.name] = self.call("allocate_tensor_on_device", shape=t.Shape(spec.device_shape),
+                                                   dtype=t.bfloat16, layout=t.ROW_MAJOR_LAYOUT,
+                                                   mesh_device=self.device, memory_config=t.DRAM_MEMORY_CONFIG)
+            self.call("copy_host_to_device_tensor", host_tensor=host, device_tensor=self.inputs[spec.name],
+                      cq_id=t.QueueId(queue))
+
+    def _execute(self, keep: set[str]) -> dict[str, Any]:
+        """Every program call on queue 0, tensors freed after their last use; returns ``keep``."""
+        env: dict[str, Any] = dict(self.inputs)
+        for (op, call), dead in zip(self.calls, self.program.frees(keep | set(self.inputs))):
             try:
                 result = call(env)
                 if op.extra_outputs:  # ttnn.topk: values and indices
@@ -123,7 +167,69 @@ class TtnnProgram:
             except Exception as exc:
                 block = op.block or op.source
                 raise SpcError(f"ttnn rejected {op.op} for block {block}: {ttnn_message(exc)}") from None
-        return {name: self._read(env[name]) for name in read}
+        return {name: env[name] for name in keep}
+
+    def run(self, inputs: dict[str, np.ndarray], read: list[str]) -> dict[str, np.ndarray]:
+        t0 = time.perf_counter()
+        if not self.traced:
+            self._write(inputs, 0)
+            t1 = time.perf_counter()
+            out = self._execute(set(read))
+            t2 = time.perf_counter()
+            got = {name: self._read(out[name]) for name in read}
+            for tensor in out.values():
+                self.release(tensor, {})
+            self.seconds = {"h2d": t1 - t0, "calls": t2 - t1, "d2h": time.perf_counter() - t2}
+            return got
+        t = self.ttnn
+        t1 = t0
+        if self.trace_id is None:
+            self._capture(inputs)
+            t1 = time.perf_counter()
+        elif inputs is not self.replayed_for:  # a second read of the same frame (overflow) replays nothing
+            self.call("wait_for_event", cq_id=t.QueueId(1), mesh_event=self.done_event)  # last replay read its input
+            self._write(inputs, 1)
+            written = self.call("record_event", mesh_device=self.device, cq_id=t.QueueId(1))
+            t1 = time.perf_counter()
+            self.call("wait_for_event", cq_id=t.QueueId(0), mesh_event=written)
+            self._replay()
+        self.replayed_for = inputs
+        missing = [name for name in read if name not in self.kept]
+        if missing:
+            raise SpcError(f"the captured trace does not keep {missing}; run with --no-trace")
+        got = {name: self._read(self.kept[name]) for name in read}  # blocks on queue 0 until the replay ends
+        self.seconds = {"h2d": t1 - t0, "replay+d2h": time.perf_counter() - t1}
+        return got
+
+    def replay_seconds(self, frames: int) -> float:
+        """The traced forward alone: the input already on the device, replays back to back."""
+        t = self.ttnn
+        if self.trace_id is None:
+            raise SpcError("no trace captured yet: run a frame first (and not with --no-trace)")
+        t0 = time.perf_counter()
+        for _ in range(frames):
+            self.call("execute_trace", self.device, self.trace_id, cq_id=t.QueueId(0), blocking=False)
+        self.call("execute_trace", self.device, self.trace_id, cq_id=t.QueueId(0), blocking=True)
+        self.done_event = self.call("record_event", mesh_device=self.device, cq_id=t.QueueId(0))
+        return (time.perf_counter() - t0) / (frames + 1)
+
+    def _capture(self, inputs: dict[str, np.ndarray]) -> None:
+        """Warm up (kernels compiled, conv weights prepared), then record the program as a trace;
+        its outputs, and the dense tensors an overflowing frame reads instead, stay allocated."""
+        t = self.ttnn
+        keep = {x.name for x in self.program.device_outputs} | {x.name for x in self.program.fallback_outputs}
+        self._write(inputs, 0)
+        for tensor in self._execute(keep).values():
+            self.release(tensor, {})
+        self.trace_id = self.call("begin_trace_capture", self.device, cq_id=t.QueueId(0))
+        self.kept = self._execute(keep)
+        self.call("end_trace_capture", self.device, self.trace_id, cq_id=t.QueueId(0))
+        self._replay()
+
+    def _replay(self) -> None:
+        t = self.ttnn
+        self.call("execute_trace", self.device, self.trace_id, cq_id=t.QueueId(0), blocking=False)
+        self.done_event = self.call("record_event", mesh_device=self.device, cq_id=t.QueueId(0))
 
     def release(self, tensor: Any, live: dict[str, Any]) -> None:
         """Deallocate, unless a live tensor shares the buffer: ttnn returns its input from a
@@ -143,14 +249,20 @@ class TtnnProgram:
 
     def close(self) -> None:
         device, self.device = getattr(self, "device", None), None
-        if device is not None:
-            self.ttnn.close_device(device)
+        if device is None:
+            return
+        try:
+            if self.trace_id is not None:
+                self.call("release_trace", device, self.trace_id)
+        finally:
+            self.call("close_mesh_device", device)
 
 
 class TtnnBackend:
-    def __init__(self, mock: bool) -> None:
+    def __init__(self, mock: bool, trace: bool = True) -> None:
         self.mock = mock
+        self.trace = trace and not mock  # trace capture crashes in mock mode
         self.name = "ttnn-mock" if mock else "ttnn"
 
     def prepare(self, program: Program, weights: dict[str, np.ndarray]) -> TtnnProgram:
-        return TtnnProgram(program, weights, self.mock)
+        return TtnnProgram(program, weights, self.mock, self.trace)

@@ -11,6 +11,7 @@ ttnn ops) and reports every call whose keywords no overload accepts, and every
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import sys
@@ -33,7 +34,27 @@ def overloads(fn: Any) -> list[set[str]]:
         except AttributeError:
             continue
         return [set(_PARAM.findall(text)) - {"self"} for text, *_ in signatures]
-    raise TypeError(f"{fn!r} has no nanobind signature")
+    try:  # a plain Python function (ttnn.open_mesh_device)
+        return [set(inspect.signature(target).parameters)]
+    except (TypeError, ValueError):
+        raise TypeError(f"{fn!r} has no signature") from None
+
+
+def check_runtime_calls() -> list[str]:
+    """The runtime's own calls (trace capture, events, queues: RUNTIME_CALLS in
+    runtime/ttnn_backend.py), which the mock device cannot run, against the installed ttnn."""
+    import ttnn
+
+    from spc.runtime.ttnn_backend import RUNTIME_CALLS
+
+    problems = []
+    for name, keywords in RUNTIME_CALLS.items():
+        fn = getattr(ttnn, name, None)
+        if fn is None:
+            problems.append(f"ttnn.{name}: ttnn has no such function")
+        elif not any(set(keywords) <= params for params in overloads(fn)):
+            problems.append(f"ttnn.{name}: no overload takes {sorted(keywords)}")
+    return problems
 
 
 def _calls(x: Any) -> list[Call]:
@@ -73,7 +94,7 @@ def main(argv: list[str]) -> int:
     from spc.runtime.ttnn_mock.harness import prepare
 
     os.environ.update(prepare())  # importing ttnn needs its runtime root even without a device
-    problems = check(read_plan(Path(argv[0])).program)
+    problems = check(read_plan(Path(argv[0])).program) + check_runtime_calls()
     for p in problems:
         print(p)
     print(f"{len(problems)} signature mismatch(es)")

@@ -75,3 +75,15 @@ def test_forced_configurations_the_model_accepts_allocate(ttnn_python: str, expo
     for r in rows:
         if r["op"] in SIZED:
             assert r["model_cb"] == r["ttnn_cb"], r
+
+
+def test_spc_run_reports_a_shard_too_large_in_one_line(ttnn_python: str, exports, tmp_path: Path,
+                                                       images: dict[str, Path]) -> None:
+    plan = compiled(exports, (480, 640), tmp_path, "encoder.conv_blocks.0.conv_a=l1")
+    out = tmp_path / "never.npz"
+    done = subprocess.run([ttnn_python, "-m", "spc.cli", "run", str(plan), str(images["camera"]), "-o", str(out),
+                           "--backend", "ttnn-mock"], capture_output=True, text=True, check=False, cwd=ROOT)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and not out.exists()
+    assert last.startswith("spc: error: ttnn rejected ttnn.conv2d for block encoder.conv_blocks.0.conv_a:")
+    assert "clash with L1 buffers" in last

@@ -125,3 +125,25 @@ def test_emitted_program_runs_on_the_mock_p150(ttnn_python: str, small_plan: Pat
     assert done.returncode == 0, done.stderr[-2000:]
     got = np.load(out)
     assert sorted(got) == sorted(t.name for t in read_plan(small_plan).program.device_outputs)
+
+
+def test_bench_runs_the_frame_loop_on_the_mock_p150(ttnn_python: str, small_plan: Path,
+                                                    images: dict[str, Path]) -> None:
+    done = run(ttnn_python, "bench", small_plan, images["camera"], "--backend", "ttnn-mock", "--frames", "2")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "2 frames on ttnn-mock (call by call); medians per frame"
+    assert any(line.split()[:1] == ["h2d"] for line in lines) and "end to end (wall)" in done.stdout
+
+
+def test_trace_and_queue_calls_are_spelled_as_ttnn_spells_them(ttnn_python: str) -> None:
+    """The mock device cannot run trace capture or events (they crash there); their keywords are
+    checked against ttnn's signatures instead, and a misspelling is caught."""
+    code = ("import os, sys\nfrom spc.runtime.ttnn_mock.harness import prepare\nos.environ.update(prepare())\n"
+            "from spc.runtime import ttnn_backend\nfrom spc.runtime.ttnn_signatures import check_runtime_calls\n"
+            "assert check_runtime_calls() == [], check_runtime_calls()\n"
+            "ttnn_backend.RUNTIME_CALLS['execute_trace'] = ('mesh_device', 'trace_id', 'queue_id')\n"
+            "print(check_runtime_calls())\n")
+    done = subprocess.run([ttnn_python, "-c", code], capture_output=True, text=True, check=False, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "ttnn.execute_trace: no overload takes ['mesh_device', 'queue_id', 'trace_id']" in done.stdout

@@ -1,0 +1,77 @@
+"""`spc bench`: a plan's per-frame phases on a backend, beside the hand-written port's figures.
+
+On a device (``--backend ttnn``): after a warm-up frame (kernels compiled, conv weights prepared,
+the program captured as a trace), each frame's phases — host pre-processing, the input write on
+command queue 1, the trace replay and the read-back (one blocking read: the replay ends inside
+it), host post-processing — and the traced forward alone (replays back to back, input already
+on the device). On ``emu`` or ``ttnn-mock`` the same loop runs, but its times are the CPU's:
+they describe the runtime's overhead, not a device. Numpy only (and ttnn for its backends).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spc.lowering.plan import Plan
+from spc.runtime.inputs import load_input
+from spc.runtime.runner import Runner
+
+HAND_PORT = {"forward_ms": 2.81, "e2e_fps": 40.7}  # seed-tt-superpoint model card, p150, 480x640
+
+
+@dataclass
+class BenchReport:
+    backend: str
+    traced: bool
+    frames: int
+    phases_ms: dict[str, float] = field(default_factory=dict)  # medians per frame
+    forward_ms: float | None = None  # traced replay alone
+    overflows: int = 0
+
+    @property
+    def e2e_ms(self) -> float:
+        return sum(v for k, v in self.phases_ms.items() if "." not in k)
+
+
+def bench_plan(plan: Plan, files: list[Path], backend: str, frames: int, trace: bool = True) -> BenchReport:
+    shape = [int(d) for d in plan.program.inputs[0].shape]
+    arrays = [load_input(f, shape) for f in files]
+    samples: dict[str, list[float]] = {}
+    with Runner(plan, backend, trace) as runner:
+        runner.run(arrays[0])  # warm-up: compile, prepare weights, capture
+        for i in range(frames):
+            t0 = time.perf_counter()
+            result = runner.run(arrays[i % len(arrays)])
+            samples.setdefault("wall", []).append(time.perf_counter() - t0)
+            for k, v in result.seconds.items():
+                samples.setdefault(k, []).append(v)
+        traced = getattr(runner.device, "trace_id", None) is not None
+        forward = runner.device.replay_seconds(frames) * 1e3 if traced else None
+        overflows = runner.overflows
+    phases = {k: statistics.median(v) * 1e3 for k, v in samples.items() if k != "wall"}
+    report = BenchReport(backend, traced, frames, phases, forward, overflows)
+    report.phases_ms["wall"] = statistics.median(samples["wall"]) * 1e3
+    return report
+
+
+def print_bench(r: BenchReport) -> None:
+    mode = "trace replay" if r.traced else "call by call"
+    print(f"{r.frames} frames on {r.backend} ({mode}); medians per frame")
+    print(f"{'phase':38} {'ms':>9}")
+    order = ["host_pre", "device", *sorted(k for k in r.phases_ms if k.startswith("device.")), "host_post"]
+    for k in order:
+        if k in r.phases_ms:
+            print(f"{'  ' + k.removeprefix('device.') if '.' in k else k:38} {r.phases_ms[k]:>9.3f}")
+    wall = r.phases_ms["wall"]
+    print(f"{'end to end (wall)':38} {wall:>9.3f}   {1e3 / wall:8.1f} fps   vs hand port "
+          f"{HAND_PORT['e2e_fps']} fps: {1e3 / wall / HAND_PORT['e2e_fps']:.2f}x")
+    if r.forward_ms is not None:
+        print(f"{'device forward (trace replay alone)':38} {r.forward_ms:>9.3f}   {1e3 / r.forward_ms:8.1f} fps   "
+              f"vs hand port {HAND_PORT['forward_ms']} ms: {HAND_PORT['forward_ms'] / r.forward_ms:.2f}x")
+    if r.backend != "ttnn":
+        print("(not a device: these times are this CPU's, for the runtime's overhead only)")
+    if r.overflows:
+        print(f"{r.overflows} frame(s) overflowed the compact read-back and were read densely")
