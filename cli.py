@@ -89,12 +89,15 @@ def export(output: Path, height: int, width: int, channels: int, weights: str | 
 @click.option("--keypoint-capacity", type=click.IntRange(32, 2048), default=None, metavar="K",
               help="device keypoint slots when the model keeps every keypoint (default: one per 128 pixels, "
                    "at most 2048); a frame with more is read densely")
+@click.option("--kernels", type=click.Choice(["on", "off"]), default="off", show_default=True,
+              help="fused NMS kernels (TT-Lang, kernels/) instead of the stock ttnn calls they replace")
 @click.option("--list-passes", is_flag=True, help="list the pipeline and exit")
 @_one_line_errors
 def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, print_ir_after_all: bool,
              stop_after: str | None, nms_single_pass: bool, precision: str | None, precision_config: Path | None,
              calib: Path | None, min_f1: float | None, min_desc_pcc: float | None, target: str,
-             memory_config: tuple[str, ...], dense: bool, keypoint_capacity: int | None, list_passes: bool) -> None:
+             memory_config: tuple[str, ...], dense: bool, keypoint_capacity: int | None, kernels: str,
+             list_passes: bool) -> None:
     """Compile an ONNX model into a .ttplan."""
     from spc.compiler import AutoPrecision, compile_onnx
     from spc.ir.precision import PrecisionPlan, load_precision_config
@@ -122,7 +125,7 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
     result = compile_onnx(source, output, dump_dir=dump_dir, print_ir=print_ir_after_all, stop_after=stop_after,
                           nms_single_pass=nms_single_pass, target=target, precision=plan, auto=auto,
                           memory=MemoryOverrides.from_cli(memory_config), dense=dense,
-                          keypoint_capacity=keypoint_capacity)
+                          keypoint_capacity=keypoint_capacity, kernels=kernels == "on")
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
     counts = result.graph.op_counts()

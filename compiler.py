@@ -79,7 +79,7 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
                  stop_after: str | None = None, nms_single_pass: bool = False, target: str = "p150",
                  precision: PrecisionPlan | None = None, auto: AutoPrecision | None = None,
                  memory: MemoryOverrides | None = None, dense: bool = False,
-                 keypoint_capacity: int | None = None) -> CompileResult:
+                 keypoint_capacity: int | None = None, kernels: bool = False) -> CompileResult:
     """Compile ``src``; with ``auto``, search the precision plan on calibration inputs first
     (tuning/precision_search.py: needs torch and onnxruntime, unlike the rest of compile)."""
     chip = get_target(target)
@@ -108,7 +108,8 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
         precision, search_report = found.plan, found.manifest()
         ChoosePrecision().run(g, PassContext(options={"precision": precision}))
         ChooseMemoryConfig().run(g, ctx)  # formats change buffer sizes
-    program, tensors = lower(g, find_probes(g), compact=not dense, capacity=keypoint_capacity, notes=ctx.notes)
+    program, tensors = lower(g, find_probes(g), compact=not dense, capacity=keypoint_capacity, notes=ctx.notes,
+                             kernels=kernels)
     check_fits(program, chip, src, memory)
     manifest = {
         "target": target,
@@ -116,7 +117,8 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
         "inputs": [vars(t) for t in program.inputs],
         "outputs": [vars(t) for t in program.outputs],
         "options": {"nms_single_pass": nms_single_pass, "precision": precision.describe(),
-                    "memory_config": memory.describe(), "dense": dense, "keypoint_capacity": keypoint_capacity},
+                    "memory_config": memory.describe(), "dense": dense, "keypoint_capacity": keypoint_capacity,
+                    "kernels": kernels},
         "precision_search": search_report,
         "predicted_device_ms": round(predicted_ms(program, tensors, chip), 4),
         "pipeline": [r.name for r in pm.records],

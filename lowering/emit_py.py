@@ -16,6 +16,7 @@ from typing import Any
 
 from spc import __version__
 from spc.lowering.plan import Plan
+from spc.lowering.program import TtOp
 from spc.lowering.ttnn_calls import ARCH, DEVICE, Attr, Call, Ref, Weight, describe
 
 _HEADER = '''#!/usr/bin/env python3
@@ -161,6 +162,13 @@ def emit_py(plan: Plan) -> str:
         if op.block != block:
             block = op.block
             lines.append(f"    # {block}")
+        if op.op == "spc.kernel":
+            lines.append(f"    # kernel {op.args['kernel']} (TT-Lang; kernels/), as the ttnn calls it replaces")
+            for step in op.args["composed"]:
+                lines += statement(identifier(step["output"]), describe(TtOp(**step)), step["output"])
+            lines += [f"    ttnn.deallocate({identifier(step['output'])})" for step in op.args["composed"][:-1]]
+            lines += [f"    ttnn.deallocate({identifier(n)})" for n in frees[i]]
+            continue
         spec = describe(op)
         out = identifier(op.output)
         if op.op == "ttnn.conv2d":

@@ -33,6 +33,7 @@ class Emitter:
     layouts: dict[str, DeviceLayout] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
     in_dram: dict[str, bool] = field(default_factory=dict)  # where each result lives (device inputs: DRAM)
+    kernels: bool = False  # fused kernels (kernels/) instead of the stock calls they replace
 
     def emit(self, op: str, inputs: list[str], output: str, out_layout: DeviceLayout, source: str,
              weights: dict[str, str] | None = None, store: str | None = None, out_shape: list[int] | None = None,
@@ -55,6 +56,15 @@ class Emitter:
         else:  # element-wise and data-movement calls stay where their input is
             self.in_dram[output] = self.in_dram.get(inputs[0], True) if inputs else True
         return output
+
+    def kernel(self, name: str, inputs: list[str], outputs: list[str], out_layout: DeviceLayout, source: str,
+               store: str | None = None, **params: Any) -> str:
+        """A fused kernel call; it records the stock calls it replaces for runtimes without tt-lang."""
+        from spc.kernels import KERNELS
+
+        composed = KERNELS[name].composed(inputs, outputs, params)
+        return self.emit("spc.kernel", inputs, outputs[0], out_layout, source, store=store, kernel=name,
+                         params=params, composed=composed, extra_outputs=outputs[1:])
 
     def into_dram(self, name: str, source: str) -> str:
         """The DRAM path of conv2d and max_pool2d reads its input from DRAM (conv2d.cpp:
@@ -177,9 +187,17 @@ def _nms(em: Emitter, n: Node, ins: list[str]) -> str:
 
     s = ins[0]
     wmax = window_max(s, f"{base}/max0")
+    rounds = int(n.attrs["iterations"])
+    if em.kernels and rounds == 0:
+        return em.kernel("nms_select", [s, wmax], [base], _layout(n.output), n.name)
     mask = em.emit("ttnn.eq", [s, wmax], f"{base}/mask0", lay, n.name)
-    for i in range(1, int(n.attrs["iterations"]) + 1):
+    for i in range(1, rounds + 1):
         near = window_max(mask, f"{base}/near{i}")
+        if em.kernels:
+            rest = em.kernel("nms_suppress", [s, near], [f"{base}/rest{i}"], lay, n.name)
+            rmax = window_max(rest, f"{base}/rmax{i}")
+            mask = em.kernel("nms_admit", [mask, rest, rmax, near], [f"{base}/mask{i}"], lay, n.name)
+            continue
         supp = em.emit("ttnn.gtz", [near], f"{base}/supp{i}", lay, n.name)
         keep = em.emit("ttnn.logical_not", [supp], f"{base}/free{i}", lay, n.name)
         rest = em.emit("ttnn.multiply", [s, keep], f"{base}/rest{i}", lay, n.name)
@@ -242,16 +260,17 @@ def _device_tensor(v: Value) -> DeviceTensor:
 
 
 def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, capacity: int | None = None,
-          notes: list[str] | None = None) -> tuple[Program, dict[str, np.ndarray]]:
+          notes: list[str] | None = None, kernels: bool = False) -> tuple[Program, dict[str, np.ndarray]]:
     """The program and every tensor it names (weights and host constants). With ``compact``,
     a recognised keypoint extraction reads back top-K keypoints (lowering/readback.py);
     ``capacity`` overrides K when every keypoint above the threshold is kept; ``notes`` collects
-    what the user should know (a dense read-back, and why)."""
+    what the user should know (a dense read-back, and why); ``kernels`` uses the fused kernels
+    of kernels/ where they replace stock calls."""
     notes = notes if notes is not None else []
     if any(n.placement is Placement.UNASSIGNED for n in g.nodes):
         raise SpcError("lowering needs a partitioned graph (run partition-host-device)")
     consts: dict[str, np.ndarray] = {}
-    em = Emitter()
+    em = Emitter(kernels=kernels)
     device = [n for n in g.nodes if n.placement is Placement.DEVICE]
     on_device = {id(o) for n in device for o in n.outputs}
     device_inputs: list[DeviceTensor] = []

@@ -26,6 +26,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spc.ir.graph import Node
+from spc.kernels import KERNELS
+from spc.kernels.keypoints import CORNERS
 from spc.lowering.layout import DeviceLayout
 from spc.lowering.program import DeviceTensor, HostNode
 
@@ -92,37 +94,29 @@ def lower_keypoints(em: Emitter, n: Node, score: str, desc: str, k: int) -> tupl
                   sorted=True, extra_outputs=[f"{name}/positions"], extra_dtypes=[index_dtype])
     positions = f"{name}/positions"
     p = call("ttnn.typecast", [positions], "p", dtype="float32")
-    # y = floor((p + 0.5) / w'): the half keeps the product off integers, where float rounding could err
-    y = call("ttnn.floor", [call("ttnn.multiply", [call("ttnn.add", [p], "p_mid", scalar=0.5)], "rows",
-                                 scalar=1.0 / inner)], "y")
-    x = call("ttnn.subtract", [p, call("ttnn.multiply", [y], "row_start", scalar=float(inner))], "x")
-    # grid_sample (align_corners) coordinates on the coarse map, of pixel (x + b, y + b)
-    u = call("ttnn.multiply", [call("ttnn.add", [x], "x_px", scalar=b - cell / 2 + 0.5)], "u",
-             scalar=(wc - 1) / (wc * cell - cell / 2 - 0.5))
-    v = call("ttnn.multiply", [call("ttnn.add", [y], "y_px", scalar=b - cell / 2 + 0.5)], "v",
-             scalar=(hc - 1) / (hc * cell - cell / 2 - 0.5))
-    u0, v0 = call("ttnn.floor", [u], "u0"), call("ttnn.floor", [v], "v0")
-    fu, fv = call("ttnn.subtract", [u, u0], "fu"), call("ttnn.subtract", [v, v0], "fv")
-    u1 = call("ttnn.clamp", [call("ttnn.add", [u0], "u0_next", scalar=1.0)], "u1", max=float(wc - 1))
-    v1 = call("ttnn.clamp", [call("ttnn.add", [v0], "v0_next", scalar=1.0)], "v1", max=float(hc - 1))
-    r0 = call("ttnn.multiply", [v0], "row0", scalar=float(wc))
-    r1 = call("ttnn.multiply", [v1], "row1", scalar=float(wc))
-    gu, gv = call("ttnn.rsub", [fu], "gu", scalar=1.0), call("ttnn.rsub", [fv], "gv", scalar=1.0)
+    # cells and bilinear weights of the four corners (kernels/keypoints.py): one kernel, or its calls
+    cells = [f"{name}/cell{t}" for t in CORNERS]
+    weights = [f"{name}/w{t}" for t in CORNERS]
+    params = {"inner": inner, "border": b, "wc": wc, "hc": hc, "half_cell": cell / 2 - 0.5,
+              "sx": (wc - 1) / (wc * cell - cell / 2 - 0.5), "sy": (hc - 1) / (hc * cell - cell / 2 - 0.5)}
+    if em.kernels:
+        em.kernel("keypoint_corners", [p], cells + weights, one, name, store="float32", **params)
+    else:
+        for step in KERNELS["keypoint_corners"].composed([p], cells + weights, params):
+            em.emit(step["op"], step["inputs"], step["output"], one, name, store="float32",
+                    out_shape=one.device_shape, **step["args"])
     table = call("ttnn.to_layout", [table], "table_rm", em.dtypes.get(desc, "bfloat16"), out_shape=[1, 1, hc * wc, c],
                  layout="ROW_MAJOR_LAYOUT")
     table = call("ttnn.reshape", [table], "table", em.dtypes.get(desc, "bfloat16"), out_shape=[hc * wc, c],
                  shape=[hc * wc, c])
     acc = None
-    for tag, row, col, wy, wx in (("00", r0, u0, gv, gu), ("01", r0, u1, gv, fu),
-                                  ("10", r1, u0, fv, gu), ("11", r1, u1, fv, fu)):
-        cell_no = call("ttnn.add", [row, col], f"cell{tag}")
+    for tag, cell_no, weight in zip(CORNERS, cells, weights):
         ids = call("ttnn.typecast", [cell_no], f"ids{tag}", "uint32", dtype="uint32")
         ids = call("ttnn.to_layout", [ids], f"ids{tag}_rm", "uint32", layout="ROW_MAJOR_LAYOUT")
         ids = call("ttnn.reshape", [ids], f"ids{tag}_row", "uint32", out_shape=[1, k], shape=[1, k])
         got = call("ttnn.embedding", [ids, table], f"desc{tag}", em.dtypes.get(desc, "bfloat16"),
                    out_shape=[1, k, c], layout="TILE_LAYOUT")
         got = call("ttnn.typecast", [got], f"desc{tag}_f32", out_shape=[1, k, c], dtype="float32")
-        weight = call("ttnn.multiply", [wy, wx], f"w{tag}")
         weight = call("ttnn.reshape", [weight], f"w{tag}_col", out_shape=[1, k, 1], shape=[1, k, 1])
         term = call("ttnn.multiply", [got, weight], f"term{tag}", out_shape=[1, k, c])
         acc = term if acc is None else call("ttnn.add", [acc, term], f"sum{tag}", out_shape=[1, k, c])

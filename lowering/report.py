@@ -75,7 +75,8 @@ def plan_report(plan: Plan) -> PlanReport:
     total = sum(c.seconds for c in costs) or 1.0
     dtypes = {op.output: op.dtype for op in p.device_ops}
     dtypes.update({name: dt for op in p.device_ops for name, dt in zip(op.extra_outputs, op.extra_dtypes)})
-    rows = [CallRow(i, c.op.op, c.op.block or c.op.source, c.values, c.op.dtype, _memory(c.op.args),
+    rows = [CallRow(i, f"kernel {c.op.args['kernel']}" if c.op.op == "spc.kernel" else c.op.op,
+                    c.op.block or c.op.source, c.values, c.op.dtype, _memory(c.op.args),
                     _shard(c.op, m.use), m.total, m.headroom, c.seconds * 1e6, c.seconds / total)
             for i, (c, m) in enumerate(zip(costs, placed))]
     h2d = sum(numel(t.device_shape) * 2 for t in p.device_inputs)  # uploaded as bf16

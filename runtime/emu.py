@@ -24,6 +24,12 @@ class _Bound:
     fn: Callable[[list[torch.Tensor]], torch.Tensor]
 
 
+def _stored(result: torch.Tensor | tuple[torch.Tensor, ...], fmt: str) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    if isinstance(result, tuple):  # a call with several results (a multi-output kernel)
+        return tuple(round_storage(r, fmt) for r in result)
+    return round_storage(result, fmt)
+
+
 class EmuProgram:
     def __init__(self, program: Program, weights: dict[str, np.ndarray]) -> None:
         torch.set_grad_enabled(False)
@@ -41,7 +47,7 @@ class EmuProgram:
             if op.op in STORED_BY_EMULATION:
                 fn = lambda ins, e=emulation, w=bound, a=op.args: e(ins, w, a)
             else:
-                fn = lambda ins, e=emulation, w=bound, a=op.args, d=op.dtype: round_storage(e(ins, w, a), d)
+                fn = lambda ins, e=emulation, w=bound, a=op.args, d=op.dtype: _stored(e(ins, w, a), d)
             self.calls.append(_Bound(op, fn))
 
     def run(self, inputs: dict[str, np.ndarray], read: list[str]) -> dict[str, np.ndarray]:

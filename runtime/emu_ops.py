@@ -141,6 +141,15 @@ def topk(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str,
     return torch.gather(x, a["dim"], order), order.to(torch.float32)
 
 
+@emulates("spc.kernel")
+def kernel(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
+    """A fused kernel: its reference (kernels/), bit-exact with the TT-Lang kernel and with the
+    stock calls it replaces."""
+    from spc.kernels import KERNELS
+
+    return KERNELS[a["kernel"]].reference(*ins, **a.get("params", {}))
+
+
 @emulates("ttnn.embedding")
 def embedding(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
     return F.embedding(ins[0].to(torch.int64), ins[1])

@@ -19,6 +19,7 @@ RUNTIME_CALLS, which runtime/ttnn_signatures.py checks against the installed ttn
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -77,6 +78,7 @@ class TtnnProgram:
         self.weights = weights
         self.prepared: dict[str, tuple[Any, Any]] = {}
         self.traced = trace
+        self.kernel_note_given = False
         self.trace_id: Any = None
         self.kept: dict[str, Any] = {}  # the traced program's outputs, rewritten by every replay
         self.replayed_for: Any = None  # the inputs of the last replay (the runner may read twice)
@@ -93,6 +95,8 @@ class TtnnProgram:
 
     # -- evaluating call descriptions (lowering/ttnn_calls.py) ----------------------------------
     def _bind(self, op: TtOp) -> Callable[[dict[str, Any]], Any]:
+        if op.op == "spc.kernel":
+            return self._bind_kernel(op)
         spec = describe(op)
 
         def call(env: dict[str, Any]) -> Any:
@@ -102,6 +106,30 @@ class TtnnProgram:
             return result
 
         return call
+
+    def _bind_kernel(self, op: TtOp) -> Callable[[dict[str, Any]], Any]:
+        """A fused kernel runs as the stock calls it replaces: TT-Lang kernels are not wired to
+        ttnn tensors here (kernels/ says how far they are validated). Said once per program."""
+        if not self.kernel_note_given:
+            self.kernel_note_given = True
+            print("spc: note: kernels run as their composed ttnn calls (TT-Lang kernels are validated in "
+                  "tt-lang-sim only)", file=sys.stderr)
+        steps = [TtOp(**{**c, "source": op.source, "block": op.block}) for c in op.args["composed"]]
+        calls = [(step, self._bind(step)) for step in steps]
+
+        results = [op.output, *op.extra_outputs]
+
+        def run(env: dict[str, Any]) -> Any:
+            local = dict(env)
+            for step, call in calls:
+                local[step.output] = call(local)
+            kept = {name: local[name] for name in results}
+            for step, _ in calls:
+                if step.output not in kept:
+                    self.release(local.pop(step.output), kept)
+            return tuple(kept[name] for name in results) if op.extra_outputs else kept[op.output]
+
+        return run
 
     def _eval(self, x: Any, env: dict[str, Any], owner: str) -> Any:
         t = self.ttnn

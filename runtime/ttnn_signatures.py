@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spc.lowering.program import Program
+from spc.lowering.program import Program, TtOp
 from spc.lowering.ttnn_calls import Call, describe
 
 _PARAM = re.compile(r"[(,]\s*(\w+)\s*:")
@@ -73,7 +73,9 @@ def check(program: Program) -> list[str]:
 
     problems: list[str] = []
     seen: set[tuple[str, frozenset[str]]] = set()
-    for op in program.device_ops:
+    ops = [TtOp(**step) if op.op == "spc.kernel" else op for op in program.device_ops
+           for step in (op.args["composed"] if op.op == "spc.kernel" else [None])]
+    for op in ops:
         for call in _calls(describe(op)):
             keys = frozenset(call.kwargs)
             if (call.fn, keys) in seen:

@@ -1,0 +1,34 @@
+"""The kernels spc can place in a plan, by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# (inputs, outputs, parameters) -> the stock ttnn calls the kernel replaces, as TtOp fields
+Composed = Callable[[list[str], list[str], dict[str, Any]], list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    arity: int
+    reference: Callable[..., Any]  # torch tensors (and the call's parameters) in, tensor(s) out: the emu backend
+    composed: Composed
+    doc: str
+
+
+KERNELS: dict[str, Kernel] = {}
+
+
+def register(kernel: Kernel) -> Kernel:
+    KERNELS[kernel.name] = kernel
+    return kernel
+
+
+def _load() -> None:
+    from spc.kernels import keypoints, nms  # noqa: F401  (they register their kernels)
+
+
+_load()
