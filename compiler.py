@@ -70,9 +70,12 @@ def check_fits(program: Program, chip: Target, src: Path, forced: MemoryOverride
         if not placed.fits and forced.for_block(op.block or op.source) is not None:
             return  # ttnn stops there: what follows cannot be judged
         if not placed.fits:
+            hint = ("try --dense or a smaller --keypoint-capacity" if op.source == "keypoints"
+                    else "force another configuration of a block before it with --memory-config, or use a "
+                         "smaller input")
             raise SpcError(f"{src}: call {i} ({op.op}, block {op.block or op.source}) needs {placed.use.cb} B of "
                            f"buffers beside {placed.live_before} B of tensors on one core, {-placed.headroom} B more "
-                           f"than {chip.name} has; try --dense or a smaller --keypoint-capacity")
+                           f"than {chip.name} has; {hint}")
 
 
 def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, print_ir: bool = False,

@@ -245,7 +245,8 @@ class TtnnProgram:
         """Warm up (kernels compiled, conv weights prepared), then record the program as a trace;
         its outputs, and the dense tensors an overflowing frame reads instead, stay allocated."""
         t = self.ttnn
-        keep = {x.name for x in self.program.device_outputs} | {x.name for x in self.program.fallback_outputs}
+        keep = ({x.name for x in self.program.device_outputs} | {x.name for x in self.program.fallback_outputs}
+                | {x.name for x in self.program.probes.values()})  # `spc run --dense` reads the maps too
         self._write(inputs, 0)
         for tensor in self._execute(keep).values():
             self.release(tensor, {})
