@@ -81,3 +81,50 @@ def corners(p: torch.Tensor, inner: int, border: int, sx: float, sy: float, wc: 
 
 register(Kernel("keypoint_corners", 1, corners, corner_calls,
                 "descriptor cells and bilinear weights of top-K positions"))
+
+
+def blend_calls(inputs: list[str], outputs: list[str], q: dict[str, Any]) -> list[dict[str, Any]]:
+    """``descriptor_blend``'s stock calls: the four gathered corner descriptors (bfloat16, [1, K, C])
+    weighted by their bilinear weights (float32), summed, L2-normalised (F.normalize's eps), stored
+    in bfloat16. Inputs: g00, g01, g10, g11, w00, w01, w10, w11."""
+    base = outputs[0].rsplit("/", 1)[0] + "/blend"
+    k, c = int(q["k"]), int(q["c"])
+    calls: list[dict[str, Any]] = []
+
+    def call(op: str, ins: list[str], out: str, out_shape: list[int], dtype: str = "float32", **args: Any) -> str:
+        if op == "ttnn.typecast":
+            args["dtype"] = dtype  # the call's argument, and the result's format
+        calls.append({"op": op, "inputs": ins, "output": out, "args": args, "dtype": dtype, "shape": out_shape})
+        return out
+
+    acc = None
+    for tag, g, w in zip(CORNERS, inputs[:4], inputs[4:]):
+        g32 = call("ttnn.typecast", [g], f"{base}/desc{tag}_f32", [1, k, c], dtype="float32")
+        col = call("ttnn.reshape", [w], f"{base}/w{tag}_col", [1, k, 1], shape=[1, k, 1])
+        term = call("ttnn.multiply", [g32, col], f"{base}/term{tag}", [1, k, c])
+        acc = term if acc is None else call("ttnn.add", [acc, term], f"{base}/sum{tag}", [1, k, c])
+    assert acc is not None
+    sq = call("ttnn.multiply", [acc, acc], f"{base}/sq", [1, k, c])
+    ss = call("ttnn.sum", [sq], f"{base}/sumsq", [1, k, 1], dim=-1, keepdim=True)
+    ss = call("ttnn.clamp", [ss], f"{base}/sumsq_clamped", [1, k, 1], min=1e-24)  # F.normalize's eps, squared
+    inv = call("ttnn.rsqrt", [ss], f"{base}/inv_norm", [1, k, 1])
+    out = call("ttnn.multiply", [acc, inv], f"{base}/descriptors_f32", [1, k, c])
+    call("ttnn.typecast", [out], outputs[0], [1, k, c], dtype="bfloat16")
+    return calls
+
+
+def blend(g00: torch.Tensor, g01: torch.Tensor, g10: torch.Tensor, g11: torch.Tensor, w00: torch.Tensor,
+          w01: torch.Tensor, w10: torch.Tensor, w11: torch.Tensor, k: int, c: int) -> torch.Tensor:
+    """The reference: :func:`blend_calls`' arithmetic in float32, in the same order (before the
+    result is stored in bfloat16, which the caller does)."""
+    acc = None
+    for g, w in ((g00, w00), (g01, w01), (g10, w10), (g11, w11)):
+        term = g.float().reshape(1, k, c) * w.reshape(1, k, 1)
+        acc = term if acc is None else acc + term
+    assert acc is not None
+    ss = (acc * acc).sum(dim=-1, keepdim=True).clamp(min=1e-24)
+    return acc * ss.rsqrt()
+
+
+register(Kernel("descriptor_blend", 8, blend, blend_calls,
+                "bilinear blend of four gathered descriptors, L2-normalised, bfloat16"))

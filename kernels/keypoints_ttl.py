@@ -76,3 +76,64 @@ def corners_op(k: int, q: dict[str, Any], grid: tuple[int, int] = (1, 1)):
                 write(dfbs[7], W11, cols)
 
     return op
+
+
+def blend_op(k: int, c: int, grid: tuple[int, int] = (1, 1)):
+    """``descriptor_blend`` (kernels/keypoints.py): (g00, g01, g10, g11 [1, K, C] bfloat16, w00, w01,
+    w10, w11 [1, K] float32, out [1, K, C] bfloat16). Per 32 keypoints: each weight row is turned
+    into a column (tile transpose) and broadcast across the C channels; the float32 sum of the four
+    weighted corners is normalised by the row's reduce_sum of squares."""
+    kt, ct = -(-k // 32), -(-c // 32)
+
+    @ttl.operation(grid=grid)
+    def op(G00, G01, G10, G11, W00, W01, W10, W11, OUT):
+        g_dfbs = [ttl.make_dataflow_buffer_like(t, shape=(1, 1, ct), block_count=2) for t in (G00, G01, G10, G11)]
+        w_dfbs = [ttl.make_dataflow_buffer_like(t, shape=(1, 1), block_count=2) for t in (W00, W01, W10, W11)]
+        o_dfb = ttl.make_dataflow_buffer_like(OUT, shape=(1, 1, ct), block_count=2)
+
+        def column(w: Any) -> Any:
+            return ttl.block.broadcast(ttl.block.unsqueeze(ttl.block.transpose(w), dims=[0]), dims=[-1],
+                                       shape=(1, 1, ct))
+
+        @ttl.compute()
+        def compute():
+            for _ in range(ttl.node(dims=1), kt, ttl.grid_size(dims=1)):
+                with g_dfbs[0].wait() as a0, g_dfbs[1].wait() as a1, g_dfbs[2].wait() as a2, \
+                        g_dfbs[3].wait() as a3, w_dfbs[0].wait() as b0, w_dfbs[1].wait() as b1, \
+                        w_dfbs[2].wait() as b2, w_dfbs[3].wait() as b3, o_dfb.reserve() as o:
+                    acc = a0 * column(b0) + a1 * column(b1) + a2 * column(b2) + a3 * column(b3)
+                    ss = ttl.math.reduce_sum(acc * acc, dims=[-1], shape=(1, 1, 1))
+                    ss = ttl.math.max(ss, ttl.block.fill(1e-24, (1, 1, 1)))  # F.normalize's eps, squared
+                    o.store(acc * ttl.block.broadcast(ttl.math.rsqrt(ss), dims=[-1], shape=(1, 1, ct)))
+
+        @ttl.datamovement()
+        def reader():
+            for r in range(ttl.node(dims=1), kt, ttl.grid_size(dims=1)):
+                with g_dfbs[0].reserve() as a0, g_dfbs[1].reserve() as a1, g_dfbs[2].reserve() as a2, \
+                        g_dfbs[3].reserve() as a3:
+                    t0 = ttl.copy(G00[0:1, r:r + 1, 0:ct], a0)
+                    t1 = ttl.copy(G01[0:1, r:r + 1, 0:ct], a1)
+                    t2 = ttl.copy(G10[0:1, r:r + 1, 0:ct], a2)
+                    t3 = ttl.copy(G11[0:1, r:r + 1, 0:ct], a3)
+                    t0.wait()
+                    t1.wait()
+                    t2.wait()
+                    t3.wait()
+                with w_dfbs[0].reserve() as b0, w_dfbs[1].reserve() as b1, w_dfbs[2].reserve() as b2, \
+                        w_dfbs[3].reserve() as b3:
+                    u0 = ttl.copy(W00[0:1, r:r + 1], b0)
+                    u1 = ttl.copy(W01[0:1, r:r + 1], b1)
+                    u2 = ttl.copy(W10[0:1, r:r + 1], b2)
+                    u3 = ttl.copy(W11[0:1, r:r + 1], b3)
+                    u0.wait()
+                    u1.wait()
+                    u2.wait()
+                    u3.wait()
+
+        @ttl.datamovement()
+        def writer():
+            for r in range(ttl.node(dims=1), kt, ttl.grid_size(dims=1)):
+                with o_dfb.wait() as o:
+                    ttl.copy(o, OUT[0:1, r:r + 1, 0:ct]).wait()
+
+    return op

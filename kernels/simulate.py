@@ -115,7 +115,43 @@ def run() -> list[dict[str, Any]]:
             _bits_equal(ttnn.to_torch(o_out)[:h, :w], KERNELS["nms_select"].reference(s, wmax), torch)
         results.append({"kernel": "window_max_select", "input": case, "exact": exact, "seconds": seconds})
     results += _corners(torch, ttnn)
+    results += _blend(torch, ttnn)
     return results
+
+
+def _blend(torch: Any, ttnn: Any) -> list[dict[str, Any]]:
+    """descriptor_blend on four gathered descriptor sets: random ones (bfloat16) and the rows of a
+    natural image's 8x8 patches, L2-normalised as the descriptor map is; weights as a bilinear
+    sample gives them. bfloat16 stored natively here (the simulator otherwise keeps float32)."""
+    from spc.kernels import KERNELS, keypoints_ttl
+    from spc.runtime.numerics import round_bf16  # bit arithmetic: unaffected by the rebinding
+
+    ttnn.set_disable_float32_promotion(True)
+    out = []
+    g = torch.Generator().manual_seed(7)
+    grey = _natural(64, 256, torch)
+    patches = grey.reshape(8, 8, 32, 8).permute(0, 2, 1, 3).reshape(256, 64).repeat(1, 4)
+    patches = patches / patches.norm(dim=1, keepdim=True).clamp(min=1e-6)
+    for name, k in (("random K=64", 64), ("natural K=256", 256)):
+        if name.startswith("random"):
+            gs = [torch.randn(1, k, 256, generator=g) / 16 for _ in range(4)]
+        else:
+            gs = [torch.roll(patches, shifts=i, dims=0)[None] for i in range(4)]
+        gs = [round_bf16(x) for x in gs]
+        fu, fv = torch.rand(1, k, generator=g), torch.rand(1, k, generator=g)
+        ws = [(1 - fv) * (1 - fu), (1 - fv) * fu, fv * (1 - fu), fv * fu]
+        result = ttnn.from_torch(torch.zeros(1, k, 256), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT)
+        t0 = time.perf_counter()
+        keypoints_ttl.blend_op(k, 256)(*[ttnn.from_torch(x.clone(), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT)
+                                         for x in gs],
+                                       *[ttnn.from_torch(x.clone(), dtype=ttnn.float32, layout=ttnn.TILE_LAYOUT)
+                                         for x in ws], result)
+        want = round_bf16(KERNELS["descriptor_blend"].reference(*gs, *ws, k=k, c=256))
+        got = ttnn.to_torch(result)[:, :k, :256].float()
+        out.append({"kernel": "descriptor_blend", "input": name, "exact": _bits_equal(got, want, torch),
+                    "seconds": time.perf_counter() - t0})
+    ttnn.set_disable_float32_promotion(False)
+    return out
 
 
 def _corners(torch: Any, ttnn: Any) -> list[dict[str, Any]]:

@@ -109,24 +109,21 @@ def lower_keypoints(em: Emitter, n: Node, score: str, desc: str, k: int) -> tupl
                  layout="ROW_MAJOR_LAYOUT")
     table = call("ttnn.reshape", [table], "table", em.dtypes.get(desc, "bfloat16"), out_shape=[hc * wc, c],
                  shape=[hc * wc, c])
-    acc = None
-    for tag, cell_no, weight in zip(CORNERS, cells, weights):
+    gathered = []
+    for tag, cell_no in zip(CORNERS, cells):
         ids = call("ttnn.typecast", [cell_no], f"ids{tag}", "uint32", dtype="uint32")
         ids = call("ttnn.to_layout", [ids], f"ids{tag}_rm", "uint32", layout="ROW_MAJOR_LAYOUT")
         ids = call("ttnn.reshape", [ids], f"ids{tag}_row", "uint32", out_shape=[1, k], shape=[1, k])
-        got = call("ttnn.embedding", [ids, table], f"desc{tag}", em.dtypes.get(desc, "bfloat16"),
-                   out_shape=[1, k, c], layout="TILE_LAYOUT")
-        got = call("ttnn.typecast", [got], f"desc{tag}_f32", out_shape=[1, k, c], dtype="float32")
-        weight = call("ttnn.reshape", [weight], f"w{tag}_col", out_shape=[1, k, 1], shape=[1, k, 1])
-        term = call("ttnn.multiply", [got, weight], f"term{tag}", out_shape=[1, k, c])
-        acc = term if acc is None else call("ttnn.add", [acc, term], f"sum{tag}", out_shape=[1, k, c])
-    assert acc is not None
-    sq = call("ttnn.multiply", [acc, acc], "sq", out_shape=[1, k, c])
-    ss = call("ttnn.sum", [sq], "sumsq", out_shape=[1, k, 1], dim=-1, keepdim=True)
-    ss = call("ttnn.clamp", [ss], "sumsq_clamped", out_shape=[1, k, 1], min=1e-24)  # F.normalize's eps, squared
-    inv = call("ttnn.rsqrt", [ss], "inv_norm", out_shape=[1, k, 1])
-    out = call("ttnn.multiply", [acc, inv], "descriptors_f32", out_shape=[1, k, c])
-    out = call("ttnn.typecast", [out], "descriptors", "bfloat16", out_shape=[1, k, c], dtype="bfloat16")
+        gathered.append(call("ttnn.embedding", [ids, table], f"desc{tag}", em.dtypes.get(desc, "bfloat16"),
+                             out_shape=[1, k, c], layout="TILE_LAYOUT"))
+    # weighted sum and L2 norm, stored in bfloat16 (kernels/keypoints.py): one kernel, or its calls
+    out = f"{name}/descriptors"
+    if em.kernels:
+        em.kernel("descriptor_blend", gathered + weights, [out], one, name, store="bfloat16", k=k, c=c)
+    else:
+        for step in KERNELS["descriptor_blend"].composed(gathered + weights, [out], {"k": k, "c": c}):
+            em.emit(step["op"], step["inputs"], step["output"], one, name, store=step["dtype"],
+                    out_shape=step["shape"], **step["args"])
     outputs = [DeviceTensor(values, [1, k], [1, 1, 1, k]), DeviceTensor(positions, [1, k], [1, 1, 1, k]),
                DeviceTensor(out, [1, k, c], [1, k, c])]
     attrs = {"threshold": n.attrs["threshold"], "border": b, "limit_x": lx, "max_keypoints": n.attrs["max_keypoints"],

@@ -25,9 +25,11 @@ def test_tt_lang_kernels_match_their_references_exactly() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
     kernels = {r["kernel"] for r in results}
-    assert kernels == {"nms_select", "nms_suppress", "nms_admit", "window_max_select", "keypoint_corners"}
+    assert kernels == {"nms_select", "nms_suppress", "nms_admit", "window_max_select", "keypoint_corners",
+                       "descriptor_blend"}
     assert {r["input"] for r in results} == {"random 64x96", "natural 64x96", "random 120x160", "natural 120x160",
-                                             "positions 480x640", "positions 120x160"}
+                                             "positions 480x640", "positions 120x160", "random K=64",
+                                             "natural K=256"}
     assert all(r["exact"] for r in results), [r for r in results if not r["exact"]]
 
 
@@ -48,8 +50,8 @@ def test_kernels_give_the_same_outputs_with_fewer_calls(plans: dict[str, Path], 
     from spc.runtime.inputs import load_input
 
     x = load_input(images["astronaut"], [1, 3, 120, 160])
-    # NMS: 8 element-wise calls fewer (2 rounds), 1 (single pass); keypoint read-back: 28
-    for suffix, saved in (("", 8 + 28), ("_single", 1 + 28)):
+    # NMS: 8 element-wise calls fewer (2 rounds), 1 (single pass); keypoint read-back: 28 + 20
+    for suffix, saved in (("", 8 + 28 + 20), ("_single", 1 + 28 + 20)):
         off, on = read_plan(plans["off" + suffix]), read_plan(plans["on" + suffix])
         with Runner(off) as a, Runner(on) as b:
             want, got = a.run(x, dense=True), b.run(x, dense=True)
@@ -60,6 +62,8 @@ def test_kernels_give_the_same_outputs_with_fewer_calls(plans: dict[str, Path], 
         assert len(r_off.calls) - len(r_on.calls) == saved
         assert any(c.op.startswith("kernel nms_") for c in r_on.calls)
         assert any(c.op == "kernel keypoint_corners" for c in r_on.calls)
+        # the blend takes the gathered bfloat16 descriptors and stores bfloat16: 5 typecasts fewer
+        assert r_off.layout_conversions - r_on.layout_conversions == 5
         assert not any(c.op.startswith("kernel") for c in r_off.calls)
 
 
