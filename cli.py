@@ -82,7 +82,7 @@ def export(output: Path, height: int, width: int, channels: int, weights: str | 
 @click.option("--target", type=click.Choice(["p150", "n150", "n300"]), default="p150", show_default=True,
               help="the chip the plan is for (targets.py)")
 @click.option("--memory-config", "memory_config", multiple=True, metavar="BLOCK=SPEC",
-              help="force a block's memory configuration: l1, l1:abh=N, dram:height=N, dram:width=N, bands=N "
+              help="force a block's memory configuration: l1, l1:abh=N, dram:height=N, dram:width=N "
                    "(blocks by glob; repeatable; docs/memory.md)")
 @click.option("--dense", is_flag=True,
               help="read the score and descriptor maps back whole (default: top-K keypoints computed on the device)")
@@ -90,7 +90,8 @@ def export(output: Path, height: int, width: int, channels: int, weights: str | 
               help="device keypoint slots when the model keeps every keypoint (default: one per 128 pixels, "
                    "at most 2048); a frame with more is read densely")
 @click.option("--kernels", type=click.Choice(["on", "off"]), default="off", show_default=True,
-              help="fused NMS kernels (TT-Lang, kernels/) instead of the stock ttnn calls they replace")
+              help="fused kernels (TT-Lang, kernels/: NMS, keypoint read-back) instead of the stock ttnn calls "
+                   "they replace")
 @click.option("--list-passes", is_flag=True, help="list the pipeline and exit")
 @_one_line_errors
 def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, print_ir_after_all: bool,

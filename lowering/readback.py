@@ -14,9 +14,11 @@ Device calls, on the [1, 1, H*W, 1] NMS map and the [1, 1, hc*wc, C] descriptor 
    N" from "more than N", or the capacity);
 2. in float32 (exact for integers below 2^24): y = floor((p + 0.5) / w'), x = p - y * w',
    then HF's grid_sample coordinates u = (x - 3.5) * (wc - 1) / (W - 4.5) (align_corners) and the
-   same for v; corners, weights, and cell numbers v*wc + u (clamped: a clamped corner has weight 0);
-3. ``ttnn.embedding`` gathers the four corner descriptors; weighted sum; L2 normalisation;
-   bfloat16 for the read.
+   same for v; corners, weights, and cell numbers v*wc + u (clamped: a clamped corner has weight 0)
+   — 29 calls, or the ``keypoint_corners`` kernel with ``--kernels on``;
+3. ``ttnn.embedding`` gathers the four corner descriptors (the descriptor map moves to DRAM first,
+   leaving L1 to ttnn.topk); weighted sum, L2 normalisation, bfloat16 for the read — 21 calls, or
+   the ``descriptor_blend`` kernel (kernels/keypoints.py).
 
 Exact only when no sample reaches outside the coarse map (zero padding): border >= cell/2.
 """
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from spc.lowering.lower import Emitter
 
 # capacity when every keypoint is kept: the densest natural images measured hold one per 227 pixels at
-# 240x320, one per 338 at 720x1280 (docs/memory.md); 1/128 gives 2400 slots at 480x640
+# 240x320, one per 338 at 720x1280 (docs/memory.md); 1/128 would give 2,400 slots at 480x640, capped below
 KEYPOINTS_PER_PIXEL = 1 / 128
 # the largest k ttnn 0.81.1's topk takes: 2464 on maps of 0.9 to 2 million values, 3712 on 17 thousand
 # (bisected on the mock p150: "Not enough cores or cache size available to run TopK operation")

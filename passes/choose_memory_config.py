@@ -7,17 +7,18 @@ Before::
 After (p150)::
 
     %relu_1: f32[1,64,480,640] = spc.Conv2d(%relu, %w, %b) {block = "encoder.conv_blocks.0.conv_b",
-        memory = "dram:height=8", l1_peak = 1389184, ...} @device
+        l1_peak = 1358400, memory = "dram:width=3", ...} @device
 
 Walks the device nodes in order, keeping one core's L1 as ttnn would (memory/ledger.py): what
 earlier blocks left in L1 stays until its last reader. For each convolution and max pool (the
 NMS window maxima included) it enumerates the candidates (memory/config.py: L1, for a conv also
 with smaller activation blocks; DRAM slicing by rows or columns in 1..64 slices), sizes each
 with the L1 model (memory/l1.py), drops those that do not fit, and keeps the cheapest by the
-cost model (memory/cost.py). ``--memory-config``
-(``ctx.options["memory"]``) forces a block's choice; a forced choice the model says does not fit
-is kept, with a note, so that ttnn's verdict on it can be seen. When nothing fits: one error
-naming the block, its sizes and the nearest miss.
+cost model (memory/cost.py). Choosing block by block is greedy: when a later block finds nothing
+that fits, the largest output still in L1 goes to DRAM and the walk starts again (with a note).
+``--memory-config`` (``ctx.options["memory"]``) forces a block's choice; a forced choice the
+model says does not fit is kept, with a note, so that ttnn's verdict on it can be seen. When
+nothing fits: one error naming the block, its sizes and the nearest miss.
 """
 
 from __future__ import annotations
