@@ -10,10 +10,9 @@ hand port's measured time).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from spc.lowering.program import Program, TtOp
+from spc.lowering.program import Program, TtOp, numel
 from spc.memory.cost import PROGRAM_S, conv_seconds, pool_seconds
 from spc.memory.residency import DRAM_RM, Resident, conv_spec, op_memory, op_use, pool_spec
 from spc.targets import TARGETS, Target
@@ -28,10 +27,6 @@ class OpCost:
     op: TtOp
     seconds: float
     values: int  # elements in the output
-
-
-def numel(shape: list[int]) -> int:
-    return math.prod(int(d) for d in shape)
 
 
 def _other_seconds(op: TtOp, read: float, src: Resident, target: Target) -> float:

@@ -141,7 +141,7 @@ def _live_after(p: Any) -> list[set[str]]:
     live: list[set[str]] = []
     made: set[str] = set()
     for i, op in enumerate(p.device_ops):
-        made |= {op.output, *op.extra_outputs}
+        made |= set(op.results)
         live.append({n for n in made if n in keep or last.get(n, -1) > i})
     return live
 
@@ -178,7 +178,7 @@ def emit_py(plan: Plan) -> str:
                       f"        {bias},", "    )"]
             lines += statement(f'{out}, prepared["{op.output}"]', spec, op.output)
         else:
-            lines += statement(", ".join(identifier(o) for o in [op.output, *op.extra_outputs]), spec, op.output)
+            lines += statement(", ".join(identifier(o) for o in op.results), spec, op.output)
         for name in frees[i]:
             shared = [a for a in aliases.get(name, ()) if a in live_after[i]]
             lines.append(f"    release({', '.join(identifier(x) for x in [name, *shared])})" if shared

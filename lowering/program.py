@@ -14,6 +14,7 @@ live in the plan's safetensors file.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -53,6 +54,22 @@ class TtOp:
     shape: list[int] = field(default_factory=list)  # the output, in ttnn's device layout
     extra_outputs: list[str] = field(default_factory=list)  # further results (ttnn.topk's indices)
     extra_dtypes: list[str] = field(default_factory=list)  # and their formats
+
+    @property
+    def results(self) -> list[str]:
+        """Every tensor the call produces, in the order the call returns them."""
+        return [self.output, *self.extra_outputs]
+
+    def bind(self, env: dict[str, Any], result: Any) -> None:
+        """Store the call's ``result`` in ``env`` under its names (a tuple when there are several)."""
+        if self.extra_outputs:
+            env.update(zip(self.results, result))
+        else:
+            env[self.output] = result
+
+
+def numel(shape: list[int]) -> int:
+    return math.prod(int(d) for d in shape)
 
 
 @dataclass

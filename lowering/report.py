@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from spc.lowering.cost import BYTES_PER_VALUE, estimate, numel
+from spc.lowering.cost import BYTES_PER_VALUE, estimate
 from spc.lowering.plan import Plan
-from spc.lowering.program import TtOp
+from spc.lowering.program import TtOp, numel
 from spc.memory.l1 import L1Use
 from spc.memory.residency import op_memory, walk
 from spc.targets import get_target

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spc.lowering.program import Program, TtOp
+from spc.lowering.program import Program, TtOp, numel
 from spc.memory.config import MemoryConfig
 from spc.memory.l1 import ConvSpec, L1Use, PoolSpec, Window, conv_l1, pool_l1, tensor_per_core
 from spc.memory.ledger import Ledger
@@ -115,11 +115,8 @@ def op_use(op: TtOp, src: Resident, target: Target) -> tuple[L1Use, Resident]:
     cb = BINARY_CB if len(op.inputs) > 1 else 0
     if op.op == "ttnn.topk":
         cb = topk_buffers(int(op.args["k"]))
-    values = 1
-    for d in op.shape:
-        values *= int(d)
     cores = src.cores or target.cores
-    size = tensor_per_core(values, int(op.shape[-1]) if op.shape else 1, op.dtype, cores) if in_l1 else 0
+    size = tensor_per_core(numel(op.shape), int(op.shape[-1]) if op.shape else 1, op.dtype, cores) if in_l1 else 0
     tiled = src.tiled and op.op != "ttnn.to_layout"
     return L1Use(cb, size, 0, cores, 0, in_l1), Resident(size, src.cores if in_l1 else None, tiled)
 

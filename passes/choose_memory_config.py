@@ -242,10 +242,7 @@ class ChooseMemoryConfig(Pass):
         """Other ops keep their input's placement; the score map ends interleaved in DRAM."""
         if not src.bytes or n.op.name == "spc.ScoreFold":
             return DRAM_RM
-        s = [int(d) for d in n.output.type.static_shape]
-        values = 1
-        for d in s:
-            values *= d
-        c = s[1] if len(s) == 4 else 1
+        s = n.output.type.static_shape
+        c = int(s[1]) if len(s) == 4 else 1
         cores = src.cores or target.cores
-        return Resident(tensor_per_core(values, c, "bfloat16", cores), cores, True)
+        return Resident(tensor_per_core(n.output.type.numel, c, "bfloat16", cores), cores, True)

@@ -54,12 +54,7 @@ class EmuProgram:
         env = {k: round_storage(torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)), "bfloat16")
                for k, v in inputs.items()}
         for call in self.calls:
-            result = call.fn([env[i] for i in call.op.inputs])
-            if call.op.extra_outputs:  # ttnn.topk: values and indices
-                for name, r in zip([call.op.output, *call.op.extra_outputs], result):
-                    env[name] = r
-            else:
-                env[call.op.output] = result
+            call.op.bind(env, call.fn([env[i] for i in call.op.inputs]))
         return {name: env[name].numpy() for name in read}
 
     def close(self) -> None:

@@ -18,10 +18,12 @@ RUNTIME_CALLS, which runtime/ttnn_signatures.py checks against the installed ttn
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -117,17 +119,15 @@ class TtnnProgram:
         steps = [TtOp(**{**c, "source": op.source, "block": op.block}) for c in op.args["composed"]]
         calls = [(step, self._bind(step)) for step in steps]
 
-        results = [op.output, *op.extra_outputs]
-
         def run(env: dict[str, Any]) -> Any:
             local = dict(env)
             for step, call in calls:
                 local[step.output] = call(local)
-            kept = {name: local[name] for name in results}
+            kept = {name: local[name] for name in op.results}
             for step, _ in calls:
                 if step.output not in kept:
                     self.release(local.pop(step.output), kept)
-            return tuple(kept[name] for name in results) if op.extra_outputs else kept[op.output]
+            return tuple(kept.values()) if op.extra_outputs else kept[op.output]
 
         return run
 
@@ -166,7 +166,8 @@ class TtnnProgram:
         assert set(kwargs) <= set(RUNTIME_CALLS[name]), (name, kwargs)
         return getattr(self.ttnn, name)(*args, **kwargs)
 
-    def _write(self, inputs: dict[str, np.ndarray], queue: int) -> None:
+    def write(self, inputs: dict[str, np.ndarray], queue: int) -> None:
+        """The frame's inputs into the persistent device inputs, on command queue ``queue``."""
         t = self.ttnn
         for spec in self.program.device_inputs:
             host = t.Tensor(np.ascontiguousarray(inputs[spec.name], dtype=np.float32).reshape(spec.device_shape),
@@ -178,16 +179,15 @@ class TtnnProgram:
             self.call("copy_host_to_device_tensor", host_tensor=host, device_tensor=self.inputs[spec.name],
                       cq_id=t.QueueId(queue))
 
-    def _execute(self, keep: set[str]) -> dict[str, Any]:
-        """Every program call on queue 0, tensors freed after their last use; returns ``keep``."""
+    def execute(self, keep: set[str],
+                watch: Callable[[TtOp], AbstractContextManager[Any]] | None = None) -> dict[str, Any]:
+        """Every program call on queue 0, tensors freed after their last use; returns ``keep``.
+        ``watch(op)`` is entered around each call (scripts/l1_agreement.py measures there)."""
         env: dict[str, Any] = dict(self.inputs)
         for (op, call), dead in zip(self.calls, self.program.frees(keep | set(self.inputs))):
             try:
-                result = call(env)
-                if op.extra_outputs:  # ttnn.topk: values and indices
-                    env.update(zip([op.output, *op.extra_outputs], result))
-                else:
-                    env[op.output] = result
+                with watch(op) if watch else contextlib.nullcontext():
+                    op.bind(env, call(env))
                 for name in dead:
                     self.release(env.pop(name), env)
             except SpcError:
@@ -200,9 +200,9 @@ class TtnnProgram:
     def run(self, inputs: dict[str, np.ndarray], read: list[str]) -> dict[str, np.ndarray]:
         t0 = time.perf_counter()
         if not self.traced:
-            self._write(inputs, 0)
+            self.write(inputs, 0)
             t1 = time.perf_counter()
-            out = self._execute(set(read))
+            out = self.execute(set(read))
             t2 = time.perf_counter()
             got = {name: self._read(out[name]) for name in read}
             for tensor in out.values():
@@ -216,7 +216,7 @@ class TtnnProgram:
             t1 = time.perf_counter()
         elif inputs is not self.replayed_for:  # a second read of the same frame (overflow) replays nothing
             self.call("wait_for_event", cq_id=t.QueueId(1), mesh_event=self.done_event)  # last replay read its input
-            self._write(inputs, 1)
+            self.write(inputs, 1)
             written = self.call("record_event", mesh_device=self.device, cq_id=t.QueueId(1))
             t1 = time.perf_counter()
             self.call("wait_for_event", cq_id=t.QueueId(0), mesh_event=written)
@@ -247,11 +247,11 @@ class TtnnProgram:
         t = self.ttnn
         keep = ({x.name for x in self.program.device_outputs} | {x.name for x in self.program.fallback_outputs}
                 | {x.name for x in self.program.probes.values()})  # `spc run --dense` reads the maps too
-        self._write(inputs, 0)
-        for tensor in self._execute(keep).values():
+        self.write(inputs, 0)
+        for tensor in self.execute(keep).values():
             self.release(tensor, {})
         self.trace_id = self.call("begin_trace_capture", self.device, cq_id=t.QueueId(0))
-        self.kept = self._execute(keep)
+        self.kept = self.execute(keep)
         self.call("end_trace_capture", self.device, self.trace_id, cq_id=t.QueueId(0))
         self._replay()
 

@@ -11,9 +11,11 @@ at the first call ttnn rejects. Needs only numpy + ttnn (Python 3.12 environment
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,45 +27,41 @@ def measure(plan_path: Path) -> list[dict[str, Any]]:
     import numpy as np
     import ttnn
 
+    from spc.errors import SpcError
     from spc.lowering.plan import read_plan
+    from spc.lowering.program import TtOp
     from spc.memory.residency import walk
-    from spc.runtime.ttnn_backend import TtnnProgram, ttnn_message
+    from spc.runtime.ttnn_backend import TtnnProgram
     from spc.targets import get_target
 
     plan = read_plan(plan_path)
     target = get_target(plan.manifest.get("target", "p150"))
-    model = walk(plan.program, target)
+    model = iter(walk(plan.program, target))
     tp = TtnnProgram(plan.program, plan.weights, mock=True)
     graph = ttnn._ttnn.graph  # the C++ capture: ttnn.graph's Python wrapper imports torch
     rows: list[dict[str, Any]] = []
-    try:
-        tp.device.disable_and_clear_program_cache()  # a cached program allocates nothing to see
-        env: dict[str, Any] = {}
-        for spec in plan.program.device_inputs:
-            host = ttnn.Tensor(np.zeros(spec.device_shape, np.float32), data_type=ttnn.bfloat16,
-                               layout=ttnn.ROW_MAJOR_LAYOUT)
-            env[spec.name] = ttnn.to_device(host, tp.device)
-        frees = plan.program.frees({t.name for t in plan.program.device_outputs})
-        for index, ((op, call), dead, m) in enumerate(zip(tp.calls, frees, model)):
-            graph.begin_graph_capture(graph.RunMode.NORMAL)
-            error = None
-            try:
-                result = call(env)
-                env.update(zip([op.output, *op.extra_outputs], result) if op.extra_outputs else {op.output: result})
-            except Exception as exc:  # ttnn's rejection is the measurement
-                error = ttnn_message(exc)
+
+    @contextlib.contextmanager
+    def measured(op: TtOp) -> Iterator[None]:
+        """ttnn's peak buffers on the busiest core during one call, beside the model's."""
+        m = next(model)
+        graph.begin_graph_capture(graph.RunMode.NORMAL)
+        try:
+            yield
+        finally:
             usage = graph.extract_resource_usage_per_core(graph.end_graph_capture())
-            rows.append({"index": index, "op": op.op.removeprefix("ttnn."), "block": op.block or op.source,
+            rows.append({"index": len(rows), "op": op.op.removeprefix("ttnn."), "block": op.block or op.source,
                          # circular buffers, and Metal 2.0 dataflow buffers (ttnn.topk's) in the same region
                          "ttnn_cb": usage.peak_cb + usage.peak_dataflow_buffer, "ttnn_l1": usage.peak_l1,
-                         "model_cb": m.use.cb,
-                         "model_l1": m.use.l1, "model_total": m.total, "model_headroom": m.headroom,
-                         "model_fits": m.fits, "ttnn_fits": error is None,
-                         "error": error})
-            if error:
-                break
-            for name in dead:
-                tp.release(env.pop(name), env)
+                         "model_cb": m.use.cb, "model_l1": m.use.l1, "model_total": m.total,
+                         "model_headroom": m.headroom, "model_fits": m.fits, "ttnn_fits": True, "error": None})
+
+    try:
+        tp.device.disable_and_clear_program_cache()  # a cached program allocates nothing to see
+        tp.write({t.name: np.zeros(t.device_shape, np.float32) for t in plan.program.device_inputs}, 0)
+        tp.execute({t.name for t in plan.program.device_outputs}, watch=measured)
+    except SpcError as exc:  # ttnn's rejection, of the last call measured, is the measurement
+        rows[-1].update(ttnn_fits=False, error=str(exc).split(": ", 1)[-1])
     finally:
         tp.close()
     return rows

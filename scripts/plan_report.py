@@ -21,7 +21,7 @@ HAND_PORT_D2H_MB = 1.8
 
 
 def floor_ms(program, target) -> float:
-    from spc.lowering.cost import numel
+    from spc.lowering.program import numel
     from spc.memory.cost import PHASES
 
     seconds = 0.0
