@@ -14,7 +14,7 @@ PY312 ?= $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.12.1/
 TTNN_VENV := .venv-ttnn
 TTNN_STAMP := $(TTNN_VENV)/.installed
 
-.PHONY: demo test lint bench mock-env clean
+.PHONY: demo test lint bench mock-env corpus device-conformance clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -45,6 +45,14 @@ test: $(STAMP) $(TTNN_STAMP) lint
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py
+
+# every export of tests/corpus at 480x640: compile, check against onnxruntime, the mock p150 (docs/corpus.md)
+corpus: $(STAMP) $(TTNN_STAMP)
+	$(BIN)/python scripts/corpus_report.py
+
+# every ONNX conformance case whose ops lower, on the emulator and on the mock p150 (the suite runs one per op set)
+device-conformance: $(STAMP) $(TTNN_STAMP)
+	SPC_ALL_DEVICE_CASES=1 $(BIN)/pytest tests/test_device_conformance.py
 
 clean:
 	rm -rf $(VENV) $(TTNN_VENV) demo-out

@@ -9,13 +9,15 @@ from pathlib import Path
 
 from spc.errors import SpcError
 from spc.frontend.onnx_import import import_onnx
-from spc.ir.graph import Graph
+from spc.ir.graph import Graph, Placement
+from spc.ir.macs import macs
 from spc.ir.precision import PrecisionPlan
 from spc.ir.printer import print_graph
 from spc.lowering.cost import predicted_ms
 from spc.lowering.lower import find_probes, lower
 from spc.lowering.plan import write_plan
 from spc.lowering.program import Program
+from spc.lowering.roles import output_roles
 from spc.memory.config import MemoryOverrides
 from spc.memory.residency import walk
 from spc.passes.choose_memory_config import ChooseMemoryConfig
@@ -41,25 +43,34 @@ class CompileResult:
     records: list[PassRecord]
     notes: list[str] = field(default_factory=list)
     plan: Path | None = None
+    macs: tuple[int, int] = (0, 0)  # multiply-adds on the device, on the host
+    recognised: list[str] = field(default_factory=list)
 
 
-def check_superpoint_input(g: Graph, src: Path) -> None:
+def check_input(g: Graph, src: Path) -> None:
+    """One static, floating-point input: what a single-image vision model takes."""
     if len(g.inputs) != 1:
-        raise SpcError(f"{src}: not SuperPoint-like: expected one image input, found {len(g.inputs)}")
+        names = ", ".join(v.name for v in g.inputs) or "none"
+        raise SpcError(f"{src}: spc compiles models with one input (an image); this one has {len(g.inputs)}: {names}")
     t = g.inputs[0].type
-    if t.rank != 4 or not t.is_static or t.shape[0] != 1 or not 1 <= int(t.shape[1]) <= 3 or not t.dtype.is_float:
-        raise SpcError(f"{src}: not SuperPoint-like: input {g.inputs[0].name} is {t}, expected f32[1,C,H,W] "
-                       "with C in 1..3 and static H, W (export a fixed size with `spc export --height --width`)")
+    if not t.is_static or not t.dtype.is_float:
+        raise SpcError(f"{src}: input {g.inputs[0].name} is {t}; spc needs a static floating-point input: "
+                       "give its size with --input-shape (e.g. 1,1,480,640) or export a fixed size")
 
 
-def check_superpoint_heads(g: Graph, src: Path) -> None:
-    found = {n.op.name for n in g.nodes}
-    heads = (("spc.ScoreFold", "keypoint score head (softmax over c*c+1 channels folded to full resolution)"),
-             ("spc.L2Norm", "L2-normalised descriptor head"))
-    missing = [what for op, what in heads if op not in found]
-    if missing:
-        raise SpcError(f"{src}: not SuperPoint-like: found no {' and no '.join(missing)}; "
-                       "see the IR with --dump-dir")
+def recognised(records: list[PassRecord]) -> list[str]:
+    """What the fusion passes recognised, and for each that did not fire, the first reason."""
+    out = []
+    for r in records:
+        if "fused" not in r.stats and "recognised" not in r.stats:
+            continue
+        fired = r.stats.get("fused", r.stats.get("recognised", 0))
+        if fired:
+            out.append(f"{r.name}: {fired} region(s)")
+        else:
+            why = r.stats.get("why_not") or "no candidate"
+            out.append(f"{r.name}: not fired ({why})")
+    return out
 
 
 def check_fits(program: Program, chip: Target, src: Path, forced: MemoryOverrides) -> None:
@@ -82,12 +93,13 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
                  stop_after: str | None = None, nms_single_pass: bool = False, target: str = "p150",
                  precision: PrecisionPlan | None = None, auto: AutoPrecision | None = None,
                  memory: MemoryOverrides | None = None, dense: bool = False,
-                 keypoint_capacity: int | None = None, kernels: bool = False) -> CompileResult:
+                 keypoint_capacity: int | None = None, kernels: bool = False,
+                 input_shape: list[int] | None = None) -> CompileResult:
     """Compile ``src``; with ``auto``, search the precision plan on calibration inputs first
     (tuning/precision_search.py: needs torch and onnxruntime, unlike the rest of compile)."""
     chip = get_target(target)
-    g = import_onnx(src)
-    check_superpoint_input(g, src)
+    g = import_onnx(src, input_shape=input_shape)
+    check_input(g, src)
     instruments: list[Instrument] = []
     if dump_dir is not None:
         instruments.append(DumpDir(dump_dir))
@@ -102,7 +114,6 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
     result = CompileResult(g, pm.records, ctx.notes)
     if stop_after is not None or out is None:
         return result
-    check_superpoint_heads(g, src)
     search_report = None
     if auto is not None:
         from spc.tuning.precision_search import search
@@ -113,13 +124,16 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
         ChooseMemoryConfig().run(g, ctx)  # formats change buffer sizes
     program, tensors = lower(g, find_probes(g), compact=not dense, capacity=keypoint_capacity, notes=ctx.notes,
                              kernels=kernels)
+    program.roles = output_roles(g)
+    device_macs = sum(macs(n) for n in g.nodes if n.placement is Placement.DEVICE)
+    host_macs = sum(macs(n) for n in g.nodes if n.placement is not Placement.DEVICE)
     check_fits(program, chip, src, memory)
     manifest = {
         "target": target,
         "source": {"file": src.name, "sha256": hashlib.sha256(src.read_bytes()).hexdigest()},
         "inputs": [vars(t) for t in program.inputs],
         "outputs": [vars(t) for t in program.outputs],
-        "options": {"nms_single_pass": nms_single_pass, "precision": precision.describe(),
+        "options": {"input_shape": input_shape, "nms_single_pass": nms_single_pass, "precision": precision.describe(),
                     "memory_config": memory.describe(), "dense": dense, "keypoint_capacity": keypoint_capacity,
                     "kernels": kernels},
         "precision_search": search_report,
@@ -127,7 +141,13 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
         "pipeline": [r.name for r in pm.records],
         "notes": ctx.notes,
         "device_ops": len(program.device_ops),
+        "macs": {"device": device_macs, "host": host_macs},
+        "recognised": recognised(pm.records),
+        # the first host nodes after the device stage and why they are not on the device
+        "host_reasons": [why for why in next((r.stats.get("host_reasons", []) for r in pm.records
+                                              if r.name == "partition-host-device"), [])
+                         if why.split(" (", 1)[0] in {n.name for n in g.nodes}],
     }
     write_plan(out, program, tensors, print_graph(g), manifest)
-    result.plan = out
+    result.plan, result.macs, result.recognised = out, (device_macs, host_macs), manifest["recognised"]
     return result

@@ -42,17 +42,42 @@ def load_onnx(path: Path):
     return model
 
 
-def import_onnx(path: Path, name: str = "superpoint") -> Graph:
+def import_onnx(path: Path, name: str = "superpoint", input_shape: list[int] | None = None) -> Graph:
+    return import_model(load_onnx(path), path, name, input_shape)
+
+
+def fix_input_shape(model, shape: list[int], path: Path) -> None:
+    """Give the model's one input the static ``shape`` (``--input-shape``), where its own dims are
+    symbols (an export with dynamic axes) or already equal."""
+    inits = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in inits]
+    if len(inputs) != 1:
+        raise SpcError(f"{path}: --input-shape fixes one input; the model has {len(inputs)}")
+    dims = inputs[0].type.tensor_type.shape.dim
+    if len(dims) != len(shape) or any(d < 1 for d in shape):
+        raise SpcError(f"{path}: --input-shape {shape} does not fit input {inputs[0].name} of rank {len(dims)}")
+    for d, want in zip(dims, shape):
+        if d.HasField("dim_value") and d.dim_value != want:
+            raise SpcError(f"{path}: --input-shape {shape}: input {inputs[0].name} has a fixed size {d.dim_value} "
+                           f"where {want} was asked")
+        d.Clear()
+        d.dim_value = want
+
+
+def import_model(model, path: Path, name: str = "superpoint", input_shape: list[int] | None = None) -> Graph:
+    """An in-memory ModelProto into the IR; ``path`` names it in messages (and is where external
+    data was read from). ``input_shape`` fixes a dynamic input's size before shape inference."""
     import onnx
 
-    model = load_onnx(path)
     opset = _default_opset(model, path)
+    if input_shape is not None:
+        fix_input_shape(model, input_shape, path)
     try:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception as exc:  # a malformed graph fails here first
         raise SpcError(f"{path}: ONNX shape inference failed: {str(exc).splitlines()[0]}") from None
     _check_supported(inferred, opset, path)
-    return _Importer(inferred, name, path).run()
+    return _Importer(inferred, name, path, opset).run()
 
 
 def _default_opset(model, path: Path) -> int:
@@ -66,14 +91,43 @@ def _default_opset(model, path: Path) -> int:
     return opset
 
 
+def unsupported_reason(op_type: str, domain: str, opset: int) -> str | None:
+    """Why spc cannot import an ``op_type`` node at ``opset``, or None when it can."""
+    import onnx
+
+    if domain not in ("", "ai.onnx"):
+        return f"domain {domain} is not supported"
+    op = ops.onnx_op(op_type)
+    if op is None:
+        return "no such op in spc"
+    try:
+        since = onnx.defs.get_schema(op_type, opset).since_version
+    except onnx.defs.SchemaError:
+        return f"ONNX has no {op_type} at opset {opset}"
+    if op.schemas is not None and since not in op.schemas:
+        return f"{op_type}-{since} is not supported (spc implements {op_type} " \
+               + ", ".join(f"{op_type}-{v}" for v in op.schemas) + ")"
+    return None
+
+
 def _check_supported(model, opset: int, path: Path) -> None:
     bad = []
     for i, node in enumerate(model.graph.node):
-        if node.domain not in ("", "ai.onnx") or (node.op_type != "Constant" and ops.onnx_op(node.op_type) is None):
+        why = unsupported_reason(node.op_type, node.domain, opset)
+        if why is not None:
             dom = node.domain or "ai.onnx"
-            bad.append(f"{node.name or f'#{i}'} ({dom}::{node.op_type}, opset {opset})")
+            bad.append(f"{node.name or f'#{i}'} ({dom}::{node.op_type}, opset {opset}: {why})")
     if bad:
         raise SpcError(f"{path}: {len(bad)} unsupported node(s): " + "; ".join(bad))
+
+
+def _model_dtype(code: int) -> DType:
+    """An element type a model's tensors may have in spc: bfloat16 is a device storage format here,
+    not a host one (numpy has none)."""
+    dtype = DType.from_onnx(code)
+    if dtype is DType.BF16:
+        raise TypeError("unsupported ONNX element type BFLOAT16 (16) in the model; export it in float32")
+    return dtype
 
 
 def _attr_value(attr) -> Any:
@@ -92,8 +146,8 @@ def _attr_value(attr) -> Any:
 
 
 class _Importer:
-    def __init__(self, model, name: str, path: Path) -> None:
-        self.model, self.path = model, path
+    def __init__(self, model, name: str, path: Path, opset: int) -> None:
+        self.model, self.path, self.opset = model, path, opset
         self.g = Graph(name)
         self.env: dict[str, Value] = {}
         self.types: dict[str, TensorType] = {}
@@ -116,10 +170,9 @@ class _Importer:
         if not vi.type.HasField("tensor_type") or tt.elem_type == 0:
             return None
         try:
-            dtype = DType.from_onnx(tt.elem_type)
-        except TypeError:
-            raise SpcError(f"{self.path}: value {vi.name} has an unsupported element type "
-                           f"({tt.elem_type})") from None
+            dtype = _model_dtype(tt.elem_type)
+        except TypeError as exc:
+            raise SpcError(f"{self.path}: value {vi.name}: {exc}") from None
         if not tt.HasField("shape"):
             return None
         dims: list[Dim] = []
@@ -137,7 +190,10 @@ class _Importer:
         init_names = set()
         for init in model.initializer:
             init_names.add(init.name)
-            t = TensorType(DType.from_onnx(init.data_type), tuple(int(d) for d in init.dims))
+            try:
+                t = TensorType(_model_dtype(init.data_type), tuple(int(d) for d in init.dims))
+            except TypeError as exc:
+                raise SpcError(f"{self.path}: initializer {init.name}: {exc}") from None
             self.env[init.name] = g.add_const(init.name, type=t, weight_ref=init.name,
                                               loader=lambda i=init: numpy_helper.to_array(i))
         for inp in model.input:
@@ -158,11 +214,22 @@ class _Importer:
     def _node(self, i: int, node) -> None:
         attrs = {a.name: _attr_value(a) for a in node.attribute}
         label = node.name or f"#{i}"
+        op = ops.onnx_op(node.op_type)
+        if op is not None and op.canonicalize is not None:
+            import onnx
+
+            since = onnx.defs.get_schema(node.op_type, self.opset).since_version
+            try:
+                given = len(node.input)
+                while given and not node.input[given - 1]:  # trailing empty names: absent optional inputs
+                    given -= 1
+                attrs = op.canonicalize(attrs, given, len(node.output), since)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise SpcError(f"{self.path}: node {label} ({node.op_type}): {exc}") from None
         if node.op_type == "Constant":
             data = ops.get("onnx.Constant").evaluate([], attrs)[0]
             self.env[node.output[0]] = self.g.add_const(node.output[0], np.asarray(data))
             return
-        op = ops.onnx_op(node.op_type)
         assert op is not None  # _check_supported ran
         inputs: list[Value | None] = []
         for name in node.input:
@@ -179,9 +246,16 @@ class _Importer:
         out_types: list[TensorType] = []
         ours, why = self._infer(op, inputs, attrs)
         for k, o in enumerate(outs):
-            t = self.types.get(o)
-            if t is None and ours is not None and k < len(ours):
-                t = ours[k]
+            t = self.types.get(o) if o else None
+            mine = ours[k] if ours is not None and k < len(ours) else None
+            if t is None:
+                t = mine
+            elif mine is not None and mine.rank == t.rank and mine.dtype == t.dtype:
+                # where ONNX's inference left a symbol (a Range's length), ours may know the number
+                t = t.with_shape(tuple(b if isinstance(a, str) and isinstance(b, int) else a
+                                       for a, b in zip(t.shape, mine.shape)))
+            if t is None and not o:  # an optional output nobody reads: any type will do
+                t = TensorType(DType.F32, ())
             if t is None:
                 raise SpcError(f"{self.path}: cannot infer the type of {o} (node {label}, {node.op_type})"
                                + (f": {why}" if why else "; is the model valid? check it with onnxruntime"))

@@ -22,7 +22,11 @@ class DType(enum.Enum):
     BF16 = "bf16"
     I64 = "i64"
     I32 = "i32"
+    I16 = "i16"
     I8 = "i8"
+    U64 = "u64"
+    U32 = "u32"
+    U16 = "u16"
     U8 = "u8"
     BOOL = "i1"
 
@@ -43,12 +47,16 @@ class DType(enum.Enum):
                 return k
         raise TypeError(f"no IR dtype for numpy {dtype}")
 
+    @property
+    def is_int(self) -> bool:
+        return self in (DType.I64, DType.I32, DType.I16, DType.I8, DType.U64, DType.U32, DType.U16, DType.U8)
+
     @staticmethod
     def from_onnx(code: int) -> DType:
         try:
             return _ONNX[code]
         except KeyError:
-            raise TypeError(f"unsupported ONNX element type {code}") from None
+            raise TypeError(f"unsupported ONNX element type {onnx_type_name(code)}") from None
 
     @property
     def onnx(self) -> int:
@@ -56,10 +64,20 @@ class DType(enum.Enum):
 
 
 _NUMPY = {DType.F32: "float32", DType.F64: "float64", DType.F16: "float16", DType.I64: "int64",
-          DType.I32: "int32", DType.I8: "int8", DType.U8: "uint8", DType.BOOL: "bool"}
+          DType.I32: "int32", DType.I16: "int16", DType.I8: "int8", DType.U64: "uint64", DType.U32: "uint32",
+          DType.U16: "uint16", DType.U8: "uint8", DType.BOOL: "bool"}
 # onnx.TensorProto codes
-_ONNX = {1: DType.F32, 11: DType.F64, 10: DType.F16, 16: DType.BF16, 7: DType.I64, 6: DType.I32,
-         3: DType.I8, 2: DType.U8, 9: DType.BOOL}
+_ONNX = {1: DType.F32, 11: DType.F64, 10: DType.F16, 16: DType.BF16, 7: DType.I64, 6: DType.I32, 5: DType.I16,
+         3: DType.I8, 13: DType.U64, 12: DType.U32, 4: DType.U16, 2: DType.U8, 9: DType.BOOL}
+# the element types ONNX models may hold and spc does not take (strings, complex, 8- and 4-bit floats/ints)
+_ONNX_NAMES = {0: "UNDEFINED", 8: "STRING", 14: "COMPLEX64", 15: "COMPLEX128", 17: "FLOAT8E4M3FN",
+               18: "FLOAT8E4M3FNUZ", 19: "FLOAT8E5M2", 20: "FLOAT8E5M2FNUZ", 21: "UINT4", 22: "INT4",
+               23: "FLOAT4E2M1", 24: "FLOAT8E8M0", 25: "UINT2", 26: "INT2"}
+
+
+def onnx_type_name(code: int) -> str:
+    """``STRING (8)`` for an ONNX element type code."""
+    return f"{_ONNX_NAMES.get(code, 'unknown')} ({code})"
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,13 @@ def release(tensor, *later):
         ttnn.deallocate(tensor)
 
 
+def device_constant(device, array, shape, dtype):
+    """A constant operand, put on the device once, in tiles."""
+    host = ttnn.Tensor(np.asarray(array, dtype=np.float32).reshape(shape), data_type=dtype,
+                       layout=ttnn.ROW_MAJOR_LAYOUT)
+    return ttnn.to_layout(ttnn.to_device(host, device, ttnn.DRAM_MEMORY_CONFIG), ttnn.TILE_LAYOUT)
+
+
 def read(tensor):
     host = ttnn.from_device(ttnn.to_layout(tensor, ttnn.ROW_MAJOR_LAYOUT))
     return np.asarray(host.to_list(), dtype=np.float32).reshape([int(d) for d in host.shape])
@@ -157,6 +164,9 @@ def emit_py(plan: Plan) -> str:
     aliases, live_after = _possible_aliases(p), _live_after(p)
     lines = [f"def forward(device, weights, prepared, {identifier(p.device_inputs[0].name)}):",
              '    """The device stage; ``prepared`` keeps conv weights ttnn prepared on the first call."""']
+    for c in p.constants:
+        lines.append(f"    {identifier(c.name)} = device_constant(device, weights[{json.dumps(c.weight)}], "
+                     f"{[int(d) for d in c.device_shape]}, ttnn.{c.dtype})")
     block = None
     for i, op in enumerate(p.device_ops):
         if op.block != block:

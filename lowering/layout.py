@@ -1,8 +1,14 @@
-"""How IR tensors live on the device.
+"""How IR tensors live on the device: two forms.
 
-ttnn's conv2d and max_pool2d take activations as NHWC flattened to ``[1, 1, N*H*W, C]``. Every
-device value here uses that layout; this module maps an IR (ONNX, NCHW) shape to it and back.
-A map without a channel axis (the (N, H, W) score map) has C = 1.
+* :class:`DeviceLayout` (form ``nhwc``): ttnn's conv2d and max_pool2d take activations as NHWC
+  flattened to ``[1, 1, N*H*W, C]``. Convolutions, pools and the fused SuperPoint ops keep their
+  values this way; a map without a channel axis (the (N, H, W) score map) has C = 1.
+* :class:`PlainLayout` (form ``plain``): the IR (ONNX) shape itself as ttnn's logical shape, in
+  tiles. Any op that has no reason to use the conv layout (transposes, reductions over other
+  axes, concatenations, pads) computes in this form; ttnn broadcasts numpy-style in it.
+
+The lowering converts between them where an op needs the other (lowering/lower.py: to_plain,
+to_nhwc); this module maps host arrays to each form and back.
 """
 
 from __future__ import annotations
@@ -18,6 +24,13 @@ class DeviceLayout:
     h: int
     w: int
     c: int
+
+    form = "nhwc"
+
+    @staticmethod
+    def fits(shape: tuple[int, ...] | list[int]) -> bool:
+        """Whether a value of this IR shape can be held in the conv layout."""
+        return 2 <= len(shape) <= 4
 
     @property
     def device_shape(self) -> list[int]:
@@ -43,3 +56,34 @@ class DeviceLayout:
         """[1, 1, N*H*W, C] -> the IR shape."""
         nchw = y.reshape(self.n, self.h, self.w, self.c).transpose(0, 3, 1, 2)
         return np.ascontiguousarray(nchw).reshape(tuple(int(d) for d in shape))
+
+
+@dataclass(frozen=True)
+class PlainLayout:
+    """The IR shape as is (a rank-0 value is held as [1])."""
+
+    shape: tuple[int, ...]
+
+    form = "plain"
+
+    @property
+    def device_shape(self) -> list[int]:
+        return [int(d) for d in self.shape] or [1]
+
+    def to_device(self, x: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(x).reshape(self.device_shape)
+
+    def from_device(self, y: np.ndarray, shape: tuple[int, ...] | list[int]) -> np.ndarray:
+        return np.ascontiguousarray(y).reshape(tuple(int(d) for d in shape))
+
+
+Layout = DeviceLayout | PlainLayout
+
+
+def layout_of(form: str, shape: tuple[int, ...] | list[int]) -> Layout:
+    """The layout of an IR value of ``shape`` held in ``form`` ("nhwc" or "plain")."""
+    if form == "nhwc":
+        return DeviceLayout.of(shape)
+    if form == "plain":
+        return PlainLayout(tuple(int(d) for d in shape))
+    raise ValueError(f"unknown device form {form!r}")

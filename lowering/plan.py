@@ -30,7 +30,8 @@ from spc.files import atomic_write
 from spc.lowering.program import Program
 
 FORMAT = "spc.ttplan"
-FORMAT_VERSION = 1
+# 2: device tensors say their form (conv layout or plain), program constants, output roles
+FORMAT_VERSION = 2
 _MEMBERS = ("program.json", "weights.safetensors", "ir.txt")
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
@@ -92,9 +93,12 @@ def read_plan(path: Path) -> Plan:
     if manifest.get("format") != FORMAT:
         raise SpcError(f"{path}: not an spc plan (format {manifest.get('format')!r})")
     version = manifest.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or version > FORMAT_VERSION:
         raise SpcError(f"{path}: plan format version {version} is newer than this spc understands "
                        f"({FORMAT_VERSION}); upgrade spc or recompile with this one")
+    if version < FORMAT_VERSION:
+        raise SpcError(f"{path}: plan format version {version} is older than this spc's ({FORMAT_VERSION}); "
+                       "recompile the plan")
     for name in _MEMBERS:
         want = manifest.get("members", {}).get(name)
         if want != sha256(raw[name]):

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from spc.lowering.layout import Layout, layout_of
+
 
 @dataclass
 class TensorSpec:
@@ -74,11 +76,30 @@ def numel(shape: list[int]) -> int:
 
 @dataclass
 class DeviceTensor:
-    """A tensor crossing the host/device boundary: its IR name and shape, and its device layout."""
+    """A tensor crossing the host/device boundary: its IR name and shape, and its device layout
+    (``form``: "nhwc" = ttnn's conv layout [1, 1, N*H*W, C], "plain" = the IR shape; lowering/layout.py)."""
 
     name: str
     shape: list[int]
     device_shape: list[int]
+    form: str = "nhwc"
+    dtype: str = "f32"  # the IR element type; booleans are 0/1 on the device
+
+    @property
+    def layout(self) -> Layout:
+        return layout_of(self.form, self.shape)
+
+
+@dataclass
+class DeviceConstant:
+    """A constant the program's calls read (a broadcast operand, a per-channel scale): the plan
+    tensor ``weight`` reshaped to ``device_shape``, put on the device once in ``dtype`` before the
+    first frame and kept there, as conv weights are."""
+
+    name: str
+    weight: str
+    device_shape: list[int]
+    dtype: str = "bfloat16"
 
 
 @dataclass
@@ -96,6 +117,10 @@ class Program:
     # tensors and the host nodes that finish from them (lowering/readback.py)
     fallback_outputs: list[DeviceTensor] = field(default_factory=list)
     fallback_post: list[HostNode] = field(default_factory=list)
+    constants: list[DeviceConstant] = field(default_factory=list)
+    # what each graph output is, by output name, when the graph says so ("keypoints", "score_map" ...;
+    # lowering/roles.py); the runtime and the CLI never rely on output names
+    roles: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def frees(self, keep: set[str]) -> list[list[str]]:
         """For each device call, the tensors no later call reads (except ``keep``): what a
@@ -105,8 +130,9 @@ class Program:
             for name in op.inputs:
                 last[name] = i
         out: list[list[str]] = [[] for _ in self.device_ops]
+        constants = {c.name for c in self.constants}  # they live as long as the program
         for name, i in last.items():
-            if name not in keep:
+            if name not in keep and name not in constants:
                 out[i].append(name)
         return out
 
@@ -127,6 +153,8 @@ class Program:
             probes={k: DeviceTensor(**v) for k, v in d.get("probes", {}).items()},
             fallback_outputs=[DeviceTensor(**t) for t in d.get("fallback_outputs", [])],
             fallback_post=[HostNode(**n) for n in d.get("fallback_post", [])],
+            constants=[DeviceConstant(**c) for c in d.get("constants", [])],
+            roles=d.get("roles", {}),
         )
 
 

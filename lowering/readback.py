@@ -28,13 +28,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spc.ir.graph import Node
+from spc.ir.ops.keypoints import KEYPOINT_ATTRS
 from spc.kernels import KERNELS
 from spc.kernels.keypoints import CORNERS
 from spc.lowering.layout import DeviceLayout
 from spc.lowering.program import DeviceTensor, HostNode
 
 if TYPE_CHECKING:
-    from spc.lowering.lower import Emitter
+    from spc.lowering.emitter import Emitter
 
 # capacity when every keypoint is kept: the densest natural images measured hold one per 227 pixels at
 # 240x320, one per 338 at 720x1280 (docs/memory.md); 1/128 would give 2,400 slots at 480x640, capped below
@@ -46,6 +47,8 @@ TOPK_MAX_K = 2048
 
 def capacity(n: Node) -> int:
     """K' for the device's top-K."""
+    if n.attrs.get("mode") == "fixed":
+        return int(n.attrs["max_keypoints"])
     if int(n.attrs["max_keypoints"]) >= 0:
         return int(n.attrs["max_keypoints"]) + 1
     h, w = (int(d) for d in n.inputs[0].type.static_shape[1:])  # type: ignore[union-attr]
@@ -60,6 +63,12 @@ def unsupported(n: Node, k: int, desc_dtype: str) -> str | None:
         return f"a border of {n.attrs['border']} px lets descriptor samples reach the zero padding"
     if k > TOPK_MAX_K:
         return f"{k} keypoint slots exceed what ttnn.topk takes ({TOPK_MAX_K})"
+    b, ly, lx = (int(n.attrs[a]) for a in ("border", "limit_y", "limit_x"))
+    if n.attrs.get("mode") == "fixed":
+        if float(n.attrs["fill"]) >= 0:
+            return f"the cut border holds {n.attrs['fill']}, which ties with the map's zeros"
+        if k > (ly - b) * (lx - b):
+            return f"{k} keypoints are more than the {(ly - b) * (lx - b)} pixels inside the border"
     return None
 
 
@@ -67,7 +76,7 @@ def lower_keypoints(em: Emitter, n: Node, score: str, desc: str, k: int) -> tupl
     """Emit the device calls; return the compact device outputs and the host node that finishes."""
     s, d = n.inputs[0], n.inputs[1]
     assert s is not None and d is not None
-    _, h, w = (int(v) for v in s.type.static_shape)
+    h, w = (int(v) for v in s.type.static_shape[-2:])
     _, c, hc, wc = (int(v) for v in d.type.static_shape)
     b, ly, lx, cell = (int(n.attrs[a]) for a in ("border", "limit_y", "limit_x", "cell"))
     inner = lx - b
@@ -128,7 +137,6 @@ def lower_keypoints(em: Emitter, n: Node, score: str, desc: str, k: int) -> tupl
                     out_shape=step["shape"], **step["args"])
     outputs = [DeviceTensor(values, [1, k], [1, 1, 1, k]), DeviceTensor(positions, [1, k], [1, 1, 1, k]),
                DeviceTensor(out, [1, k, c], [1, k, c])]
-    attrs = {"threshold": n.attrs["threshold"], "border": b, "limit_x": lx, "max_keypoints": n.attrs["max_keypoints"],
-             "height": h, "width": w}
+    attrs = {k: v for k, v in n.attrs.items() if k in KEYPOINT_ATTRS} | {"height": h, "width": w}
     tail = HostNode("spc.KeypointsFromTopK", n.name, [values, positions, out], [o.name for o in n.outputs], attrs)
     return outputs, tail

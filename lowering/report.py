@@ -10,7 +10,7 @@ predicted device time, bytes host-to-device and device-to-host, layout conversio
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from spc.lowering.cost import BYTES_PER_VALUE, estimate
 from spc.lowering.plan import Plan
@@ -47,6 +47,10 @@ class PlanReport:
     d2h_bytes: int
     layout_conversions: int
     l1_budget: int
+    host_pre: int = 0  # host nodes before the device stage
+    host_post: int = 0  # and after it
+    host_reasons: list[str] = field(default_factory=list)  # why the first host-post nodes are not on the device
+    device_macs_share: float = 1.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -83,8 +87,11 @@ def plan_report(plan: Plan) -> PlanReport:
     d2h = sum(int(numel(t.device_shape) * BYTES_PER_VALUE[dtypes.get(t.name, "bfloat16")]) for t in p.device_outputs)
     preset = plan.manifest.get("options", {}).get("precision", {})
     precision = preset.get("preset", "?") + (f" + {len(preset['rules'])} override(s)" if preset.get("rules") else "")
+    macs = plan.manifest.get("macs", {})
+    share = macs.get("device", 1) / max(macs.get("device", 1) + macs.get("host", 0), 1)
     return PlanReport(target.name, precision, rows, total * 1e3, h2d, d2h,
-                      sum(1 for op in p.device_ops if op.op in CONVERSIONS), target.l1_budget_bytes)
+                      sum(1 for op in p.device_ops if op.op in CONVERSIONS), target.l1_budget_bytes,
+                      len(p.host_pre), len(p.host_post), list(plan.manifest.get("host_reasons", [])), share)
 
 
 def print_report(report: PlanReport) -> None:
@@ -110,3 +117,7 @@ def print_report(report: PlanReport) -> None:
     console.print(f"host-to-device per frame: {report.h2d_bytes / 1e6:.3f} MB; device-to-host per frame: "
                   f"{report.d2h_bytes / 1e6:.3f} MB; layout conversions: {report.layout_conversions}; "
                   f"ttnn calls: {len(report.calls)}")
+    console.print(f"host: {report.host_pre} op(s) before the device stage, {report.host_post} after; "
+                  f"{report.device_macs_share:.1%} of multiply-adds on the device")
+    for why in report.host_reasons:
+        console.print(f"  on the host (with what follows it, reading the device-to-host bytes above): {why}")

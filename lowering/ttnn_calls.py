@@ -66,6 +66,15 @@ ENUMS = {"bfloat16": "ttnn.bfloat16", "float32": "ttnn.float32", "bfloat8_b": "t
 
 CONV_CONFIG_ENUMS = {"weights_dtype", "shard_layout", "output_layout"}
 
+# calls spelled fn(input[, other or scalar])
+BINARY = {"eq", "ne", "gt", "ge", "lt", "le", "logical_and", "logical_or", "logical_xor", "multiply", "add",
+          "subtract", "divide", "rsub", "maximum", "minimum"}
+UNARY = {"gtz", "logical_not", "rsqrt", "floor", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "reciprocal",
+         "neg", "abs", "ceil", "round", "sign", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+         "acosh", "atanh", "erf", "softsign", "softplus", "hardswish", "mish", "isnan", "isinf"}
+# calls spelled fn(input, *, keyword=...)
+UNARY_KEYWORDS = {"elu": ("alpha",), "celu": ("alpha",), "selu": ("scale", "alpha")}
+
 
 def enum(value: str) -> Attr:
     try:
@@ -123,8 +132,8 @@ def describe(op: TtOp) -> Call:
         return Call(op.op, (x[0],), {k: a[k] for k in keys} | _memory(a) | slices)
     if name == "softmax":
         return Call(op.op, (x[0],), {"dim": a["dim"], "numeric_stable": a["numeric_stable"]})
-    if name == "slice":
-        return Call(op.op, (x[0],), {"starts": a["starts"], "ends": a["ends"], "steps": a["steps"]})
+    if name == "slice":  # positional: ttnn's keyword overload (starts/ends/steps) takes exactly 4 dimensions
+        return Call(op.op, (x[0], a["starts"], a["ends"], a["steps"]))
     if name == "to_layout":
         return Call(op.op, (x[0], enum(a["layout"])))
     if name == "to_memory_config":
@@ -133,17 +142,43 @@ def describe(op: TtOp) -> Call:
         return Call(op.op, (x[0], a["shape"]), _memory(a))
     if name == "permute":
         return Call(op.op, (x[0], a["dims"]))
-    if name in ("eq", "logical_and", "logical_or", "multiply", "add", "subtract", "rsub", "gtz", "logical_not",
-                "rsqrt", "floor"):
+    if name in BINARY or name in UNARY:
         return Call(op.op, tuple(x) + ((a["scalar"],) if "scalar" in a else ()))
+    if name in UNARY_KEYWORDS:
+        return Call(op.op, (x[0],), {k: a[k] for k in UNARY_KEYWORDS[name]})
+    if name == "leaky_relu":
+        return Call(op.op, (x[0], a["negative_slope"]))
+    if name == "pow":
+        return Call(op.op, (x[0], a["exponent"]))
+    if name == "where":
+        rest = iter(x[1:])
+        t = a["true_value"] if "true_value" in a else next(rest)
+        f = a["false_value"] if "false_value" in a else next(rest)
+        return Call(op.op, (x[0], t, f))
     if name == "topk":
         return Call(op.op, (x[0], a["k"]), {"dim": a["dim"], "largest": a["largest"], "sorted": a["sorted"]})
     if name == "embedding":
         return Call(op.op, (x[0], x[1]), {"layout": enum(a["layout"])})
-    if name == "sum":
+    if name in ("sum", "mean", "max", "min"):
         return Call(op.op, (x[0],), {"dim": a["dim"], "keepdim": a["keepdim"]})
     if name == "clamp":
         return Call(op.op, (x[0],), {k: a[k] for k in ("min", "max") if k in a})
     if name == "typecast":
         return Call(op.op, (x[0], enum(a["dtype"])))
+    if name == "concat":
+        return Call(op.op, (list(x),), {"dim": a["dim"]})
+    if name == "pad":
+        return Call(op.op, (x[0], [list(p) for p in a["padding"]], a["value"]))
+    if name == "expand":
+        return Call(op.op, (x[0], a["output_shape"]))
+    if name == "repeat":
+        return Call(op.op, (x[0], a["repeat_dims"]))
+    if name == "transpose":
+        return Call(op.op, (x[0], a["dim1"], a["dim2"]))
+    if name == "matmul":
+        return Call(op.op, (x[0], x[1]))
+    if name == "avg_pool2d":
+        keys = ("batch_size", "input_h", "input_w", "channels", "kernel_size", "stride", "padding", "ceil_mode",
+                "count_include_pad")
+        return Call(op.op, (x[0],), {k: a[k] for k in keys})
     raise SpcError(f"no ttnn spelling for {op.op} (from {op.source})")

@@ -44,8 +44,15 @@ RULES = [Rule("conv-batchnorm",
                 P("onnx.Conv", ANY, P(const=True), name="conv", single_use=True),
                 P(const=True), P(const=True), P(const=True), P(const=True), name="bn"),
               _fold,
-              check=lambda g, m: None if all(v is None or v.is_const for v in m.node("conv").inputs[1:])
-              else "conv bias is not constant")]
+              check=lambda g, m: _check(m))]
+
+
+def _check(m) -> str | None:
+    if not all(v is None or v.is_const for v in m.node("conv").inputs[1:]):
+        return "conv bias is not constant"
+    if m.node("bn").attrs.get("training_mode") or len(m.node("bn").outputs) > 1:
+        return "training-mode batch norm uses the batch's statistics, not the stored ones"
+    return None
 
 
 class FoldBatchNorm(Pass):

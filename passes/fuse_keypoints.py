@@ -12,16 +12,28 @@ Before (the HF export: about 80 host nodes)::
 After::
 
     %keypoints, %scores, %descriptors, %mask = spc.Keypoints(%where_2, %div) {border = 4, cell = 8,
-        limit_x = 640, limit_y = 480, max_keypoints = -1, threshold = 0.004999999888241291} @host-post
+        limit_x = 640, limit_y = 480, max_keypoints = -1, mode = "threshold", outputs = ["keypoints xy norm f32 batch",
+        "scores batch", "descriptors nd batch", "mask i32 batch"], threshold = 0.004999999888241291} @host-post
 
-The region is every host node after the device stage; its inputs must be the NMS map and the
-descriptor map. It is recognised by what it computes, not by its spelling: the threshold is
-found by bisection over float32 values of one peak, the kept window by moving a peak across
-the middle row and column, the keypoint limit by offering more peaks than the outputs return; then the region and
-:func:`~spc.ir.ops.spc_ops.superpoint_keypoints` must agree on random probes. (Probing found
-that the HF model removes only the near borders: it compares with 8x the map's size.) Anything else
-leaves the graph as it was, with a note. A single op is what lets the lowering compute the
-keypoints' top-K and descriptors on the device and read back only those (lowering/lower.py).
+The region is every host node after the device stage; what enters it from the device must be the
+NMS map (spc.Nms) and a descriptor map 1/cell of its size. It is recognised by what it computes,
+not by its spelling (ir/ops/keypoints.py says what the op computes), one question at a time, each
+answered by running the region on probe maps:
+
+1. the selection mode: a count that depends on the data (threshold) or a fixed K (top-K);
+2. each output's role and layout, from a few distinct peaks well inside the map: keypoints as
+   (x, y) or (y, x), in pixels or divided by the size, float or integer, with or without the batch
+   axis; scores; descriptors (N, D) or (D, N); a mask of ones;
+3. the threshold, by bisection over float32 values of one peak (threshold mode);
+4. the kept window, by moving a peak across the middle row and column (HF keeps only the near
+   borders: it compares with 8x the map's size; fixed-K exports usually cut all four);
+5. the fill of the cut border (fixed mode) and the keypoint limit (threshold mode);
+6. agreement with the op on random maps, every output exactly.
+
+The first question that finds no answer is the reason the fusion did not fire (``why_not`` in the
+pass summary); the graph is then left as it was and the device maps are read densely. A single
+op is what lets the lowering compute the keypoints' top-K and descriptors on the device and read
+back only those (lowering/readback.py).
 """
 
 from __future__ import annotations
@@ -32,61 +44,159 @@ import numpy as np
 
 from spc.ir.graph import Graph, Node, Placement, Value
 from spc.ir.ops import get
-from spc.ir.ops.spc_ops import superpoint_keypoints
+from spc.ir.ops.keypoints import OutputSpec, extract, sample_descriptors
 from spc.passes.manager import Pass, PassContext, PassResult
 
-CELL = 8
 SEED = 20261129
 EDGE = 16  # how deep a border is looked for
+PEAKS = 5
 
 
-def _run(nodes: list[Node], feeds: dict[int, np.ndarray], outputs: list[Value]) -> list[np.ndarray]:
-    env = dict(feeds)
-    for n in nodes:
-        args = [None if v is None else (v.data if v.is_const else env[id(v)]) for v in n.inputs]
-        for o, r in zip(n.outputs, n.op.evaluate(args, n.attrs)):
-            env[id(o)] = np.asarray(r)
-    return [env[id(v)] for v in outputs]
+class NoMatch(Exception):
+    """A question of the recognition found no answer: the message says which."""
+
+
+def _through_views(v: Value) -> Node | None:
+    n = v.producer
+    while n is not None and n.op.name in ("onnx.Reshape", "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Identity"):
+        src = n.inputs[0]
+        n = src.producer if src is not None else None
+    return n
 
 
 class _Probe:
+    """The region as a function of the score map, the descriptor map held fixed."""
+
     def __init__(self, nodes: list[Node], score: Value, desc: Value, outputs: list[Value]) -> None:
         self.nodes, self.score, self.desc, self.outputs = nodes, score, desc, outputs
-        self.h, self.w = (int(d) for d in score.type.static_shape[1:])
+        self.shape = tuple(int(d) for d in score.type.static_shape)
+        self.h, self.w = self.shape[-2:]
         rng = np.random.default_rng(SEED)
         self.desc_map = rng.standard_normal(tuple(int(d) for d in desc.type.static_shape)).astype(np.float32)
+        self.cell = self.h // int(desc.type.static_shape[-2])
 
     def __call__(self, score_map: np.ndarray) -> list[np.ndarray]:
-        return _run(self.nodes, {id(self.score): score_map, id(self.desc): self.desc_map}, self.outputs)
+        env = {id(self.score): score_map.reshape(self.shape), id(self.desc): self.desc_map}
+        for n in self.nodes:
+            args = [None if v is None else (v.data if v.is_const else env[id(v)]) for v in n.inputs]
+            with np.errstate(all="ignore"):
+                for o, r in zip(n.outputs, n.op.evaluate(args, n.attrs)):
+                    env[id(o)] = np.asarray(r)
+        return [env[id(v)] for v in self.outputs]
 
-    def peaks(self, points: list[tuple[int, int]], value: float | np.ndarray) -> np.ndarray:
-        s = np.zeros((1, self.h, self.w), np.float32)
+    def peaks(self, points: list[tuple[int, int]], value: float | np.ndarray, base: float = 0.0) -> np.ndarray:
+        s = np.full((self.h, self.w), base, np.float32)
         for i, (y, x) in enumerate(points):
-            s[0, y, x] = value if np.isscalar(value) else value[i]
+            s[y, x] = value if np.isscalar(value) else value[i]
         return s
 
-    def count(self, score_map: np.ndarray) -> int:
-        return int(self(score_map)[1].size)
-
-    def scalars(self) -> list[np.float32]:
-        """Float constants of one value used in the region: where a threshold would be."""
-        found = {np.float32(v.data.reshape(-1)[0]) for n in self.nodes for v in n.inputs
-                 if v is not None and v.is_const and v.data.size == 1 and v.data.dtype.kind == "f"}
-        return sorted(found)
+    def sampled(self, xy: np.ndarray) -> np.ndarray:
+        return sample_descriptors(xy.astype(np.float32), self.desc_map.reshape(self.desc_map.shape[-3:]), self.cell)
 
 
-def _threshold(probe: _Probe) -> float | None:
-    """The largest float32 score that is dropped (a score is kept iff it is above it). The
-    region's scalar constants are tried first, each confirmed on two peaks; otherwise bisection
-    on the float32 bits of one peak between 0 (dropped) and 1 (kept)."""
-    at = [(probe.h // 2, probe.w // 2)]
+# -- 2. roles and layouts ---------------------------------------------------------------------------
+def _keypoint_candidates(xy: np.ndarray, h: int, w: int) -> list[tuple[str, np.ndarray]]:
+    out = []
+    for order in ("xy", "yx"):
+        k = xy if order == "xy" else xy[:, ::-1]
+        size = np.array([w, h] if order == "xy" else [h, w], np.float32)
+        out.append((f"{order} pixel", k.astype(np.float64)))
+        out.append((f"{order} norm", k.astype(np.float32) / size))
+    return out
+
+
+def _role(value: np.ndarray, v: Value, xy: np.ndarray, scores: np.ndarray, desc: np.ndarray, m: int,
+          h: int, w: int) -> str | None:
+    """The spec of an output holding ``m`` keypoints first (the probe's peaks), or None."""
+    a = np.asarray(value)
+    for batch in (True, False):
+        b = a[0] if batch and a.ndim >= 1 and a.shape[0] == 1 else (None if batch else a)
+        if b is None or b.ndim == 0:
+            continue
+        word = "batch" if batch else "flat"
+        if b.ndim == 1 and len(b) >= m and b.dtype.kind == "f" and np.allclose(b[:m], scores, atol=1e-6):
+            return f"scores {word}"
+        if b.ndim == 1 and len(b) >= m and b.dtype.kind in "iub" and np.all(b == 1):
+            dtype = {"i": "i64" if b.dtype.itemsize == 8 else "i32", "b": "bool"}.get(b.dtype.kind, "i32")
+            return f"mask {dtype} {word}"
+        if b.ndim == 2 and b.shape[1] == 2 and len(b) >= m:
+            dtype = "i64" if b.dtype.kind in "iu" else "f32"
+            for name, want in _keypoint_candidates(xy, h, w):
+                if np.allclose(b[:m].astype(np.float64), want, atol=1e-5) and ("pixel" in name or dtype == "f32"):
+                    return f"keypoints {name} {dtype} {word}"
+        if b.ndim == 2 and desc.shape[1] in b.shape:
+            for layout, c in (("nd", b), ("dn", b.T)):
+                if c.shape[1] == desc.shape[1] and len(c) >= m and np.allclose(c[:m], desc, atol=1e-4):
+                    return f"descriptors {layout} {word}"
+    return None
+
+
+def _roles(probe: _Probe, fixed: bool) -> list[str]:
+    """Each output's spec, from PEAKS distinct peaks well inside the map."""
+    rng = np.random.default_rng(SEED + 2)
+    ys = rng.choice(np.arange(probe.h // 4, 3 * probe.h // 4), PEAKS, replace=False)
+    xs = rng.choice(np.arange(probe.w // 4, 3 * probe.w // 4), PEAKS, replace=False)
+    values = np.linspace(0.6, 0.95, PEAKS, dtype=np.float32)[rng.permutation(PEAKS)]
+    got = probe(probe.peaks(list(zip(ys, xs)), values))
+    order = np.argsort(-values, kind="stable") if fixed else np.lexsort((xs, ys))  # best first, or raster
+    xy = np.stack([xs[order], ys[order]], -1)
+    scores, desc = values[order], probe.sampled(xy)
+    specs = []
+    for v, a in zip(probe.outputs, got):
+        spec = _role(a, v, xy, scores, desc, PEAKS, probe.h, probe.w)
+        if spec is None:
+            raise NoMatch(f"output %{v.name} {list(np.shape(a))} is none of keypoints, scores, descriptors, mask "
+                          "in a layout spc knows")
+        specs.append(spec)
+    roles = [OutputSpec.parse(s).role for s in specs]
+    if "keypoints" not in roles or "scores" not in roles or len(set(roles)) != len(roles):
+        raise NoMatch(f"the outputs are {', '.join(roles)}: expected keypoints and scores, each once")
+    return specs
+
+
+# -- 3.-5. threshold, window, fill, limit ------------------------------------------------------------------
+def _count(probe: _Probe, specs: list[str], score_map: np.ndarray) -> int:
+    i = [OutputSpec.parse(s).role for s in specs].index("scores")
+    a = probe(score_map)[i]
+    return int(a.shape[1] if OutputSpec.parse(specs[i]).batch else a.shape[0])
+
+
+def _first(probe: _Probe, specs: list[str], score_map: np.ndarray) -> tuple[tuple[int, int], float]:
+    """The first keypoint, as (x, y) pixels, and its score."""
+    got = probe(score_map)
+    at = {OutputSpec.parse(s).role: (OutputSpec.parse(s), a) for s, a in zip(specs, got)}
+    spec, k = at["keypoints"]
+    k = np.asarray(k[0] if spec.batch else k, np.float64)
+    if spec.scale == "norm":
+        k = k * (np.array([probe.h, probe.w]) if spec.order == "yx" else np.array([probe.w, probe.h]))
+    x, y = (k[0][::-1] if spec.order == "yx" else k[0])
+    sspec, s = at["scores"]
+    return (round(x), round(y)), float((s[0] if sspec.batch else s)[0])
+
+
+def _anchor(probe: _Probe) -> tuple[int, int]:
+    """A peak of 1 kept in every threshold probe: some exports fail on an image without keypoints
+    (the legacy exporter bakes a Reshape whose 0 then means "copy the input's dimension")."""
+    return probe.h // 2 + 3, probe.w // 2 + 5
+
+
+def _kept_beside_anchor(probe: _Probe, specs: list[str], y: int, x: int, value: float) -> bool:
+    return _count(probe, specs, probe.peaks([_anchor(probe), (y, x)], np.array([1.0, value], np.float32))) == 2
+
+
+def _threshold(probe: _Probe, specs: list[str]) -> float:
+    """The largest float32 score that is dropped (a score is kept iff it is above it). The region's
+    scalar constants are tried first; otherwise bisection on the float32 bits of one peak between
+    0 (dropped) and 1 (kept)."""
 
     def kept(value: np.float32) -> bool:
-        return probe.count(probe.peaks(at, float(value))) == 1
+        return _kept_beside_anchor(probe, specs, probe.h // 2, probe.w // 2, float(value))
 
     if not kept(np.float32(1)) or kept(np.float32(0)):
-        return None
-    for c in probe.scalars():
+        raise NoMatch("no threshold: a peak of 1 beside another is not kept, or a peak of 0 is")
+    scalars = sorted({np.float32(v.data.reshape(-1)[0]) for n in probe.nodes for v in n.inputs
+                      if v is not None and v.is_const and v.data.size == 1 and v.data.dtype.kind == "f"})
+    for c in scalars:
         if 0 < c < 1 and not kept(c) and kept(np.nextafter(c, np.float32(1))):
             return float(c)
     lo, hi = np.float32(0).view(np.int32), np.float32(1).view(np.int32)
@@ -99,13 +209,10 @@ def _threshold(probe: _Probe) -> float | None:
     return float(np.int32(lo).view(np.float32))
 
 
-def _borders(probe: _Probe) -> tuple[int, int, int] | None:
+def _window(probe: _Probe, kept: Callable[[int, int], bool]) -> tuple[int, int, int]:
     """(border, limit_y, limit_x): a peak is kept iff border <= y < limit_y and border <= x < limit_x.
-    Found along the middle row and column; checked on the other axis."""
+    Found along the middle row and column; checked on random maps after."""
     mid_y, mid_x = probe.h // 2, probe.w // 2
-
-    def kept(y: int, x: int) -> bool:
-        return probe.count(probe.peaks([(y, x)], 1.0)) == 1
 
     def first_kept(positions: list[int], at: Callable[[int], bool]) -> int | None:
         """How many positions are dropped before the first kept one (the next two kept too)."""
@@ -115,7 +222,6 @@ def _borders(probe: _Probe) -> tuple[int, int, int] | None:
         return None
 
     def edges(size: int, at: Callable[[int], bool]) -> tuple[int, int] | None:
-        """The kept range along one line, looking EDGE deep from each end; the middle must be kept."""
         depth = min(EDGE, size // 2)
         lo = first_kept(list(range(depth)), at)
         far = first_kept([size - 1 - i for i in range(depth)], at)
@@ -126,27 +232,90 @@ def _borders(probe: _Probe) -> tuple[int, int, int] | None:
     xs = edges(probe.w, lambda x: kept(mid_y, x))
     ys = edges(probe.h, lambda y: kept(y, mid_x))
     if xs is None or ys is None or xs[0] != ys[0]:
-        return None  # not a window with one near border (checked on random probes after)
+        raise NoMatch("the kept pixels are not a window with one border on its near sides")
     return xs[0], ys[1], xs[1]
 
 
-def _max_keypoints(probe: _Probe, border: int, limit_y: int, limit_x: int) -> int:
+def _fill(probe: _Probe, specs: list[str], window: tuple[int, int, int]) -> float:
+    """What the cut border holds in a fixed-K export: with the window far below it, a border pixel
+    comes first, with that score."""
+    b, ly, lx = window
+    s = np.zeros((probe.h, probe.w), np.float32)
+    s[b:ly, b:lx] = -1e6
+    _, score = _first(probe, specs, s)
+    if not score > -1e6:
+        raise NoMatch("the border is not cut by a constant fill")
+    return score
+
+
+def _max_keypoints(probe: _Probe, specs: list[str], border: int, limit_y: int, limit_x: int) -> int:
     grid = [(y, x) for y in range(border, limit_y, 9) for x in range(border, limit_x, 9)]
-    got = probe.count(probe.peaks(grid, np.linspace(0.5, 1.0, len(grid), dtype=np.float32)))
+    got = _count(probe, specs, probe.peaks(grid, np.linspace(0.5, 1.0, len(grid), dtype=np.float32)))
     return got if got < len(grid) else -1
 
 
-def _agrees(probe: _Probe, threshold: float, borders: tuple[int, int, int], max_keypoints: int) -> bool:
+def _agrees(probe: _Probe, attrs: dict) -> str | None:
+    """None if the region and spc.Keypoints agree on random maps, else what differs."""
     rng = np.random.default_rng(SEED + 1)
     for density in (0.002, 0.01):
-        s = np.where(rng.random((1, probe.h, probe.w)) < density, rng.random((1, probe.h, probe.w)), 0)
-        s = s.astype(np.float32)
-        s[0, :: max(1, probe.h // 7), ::13] = np.float32(threshold)  # exactly at the threshold: dropped
-        want = superpoint_keypoints(s, probe.desc_map, threshold, *borders, max_keypoints, CELL)
-        got = probe(s)
-        if any(a.shape != b.shape or not np.allclose(a, b, atol=1e-5) for a, b in zip(got, want)):
-            return False
-    return True
+        s = np.where(rng.random((probe.h, probe.w)) < density, rng.random((probe.h, probe.w)), 0).astype(np.float32)
+        if attrs["mode"] == "threshold":
+            s[:: max(1, probe.h // 7), ::13] = np.float32(attrs["threshold"])  # exactly at the threshold: dropped
+        want = extract(s.reshape(probe.shape), probe.desc_map, attrs)
+        for v, a, b in zip(probe.outputs, probe(s), want):
+            if a.shape != b.shape or not np.allclose(a.astype(np.float64), b.astype(np.float64), atol=1e-5):
+                return f"on a random map of density {density}, output %{v.name} differs"
+    return None
+
+
+def recognise(post: list[Node], g: Graph) -> tuple[Value, Value, list[Value], dict]:
+    """The NMS map, the descriptor map, the outputs and the attributes of spc.Keypoints; NoMatch
+    with the reason otherwise."""
+    entering = {id(v): v for n in post for v in n.inputs
+                if v is not None and v.producer is not None and v.producer.placement is Placement.DEVICE}
+    outputs = [v for v in g.outputs if v.producer is not None and v.producer.placement is Placement.HOST_POST]
+    if not outputs:
+        raise NoMatch("no graph output comes from the host post-processing")
+    maps = [v for v in entering.values() if v.type.is_static and v.type.dtype.is_float]
+    if len(entering) != 2 or len(maps) != 2:
+        raise NoMatch(f"{len(entering)} device value(s) enter the host post-processing: expected the NMS map and the "
+                      "descriptor map")
+    score = next((v for v in maps if (p := _through_views(v)) is not None and p.op.name == "spc.Nms"), None)
+    if score is None:
+        raise NoMatch("no NMS map (spc.Nms) enters the host post-processing")
+    desc = next(v for v in maps if v is not score)
+    sh, ds = score.type.static_shape, desc.type.static_shape
+    if desc.type.rank != 4 or ds[0] != 1 or any(d != 1 for d in sh[:-2]) or sh[-2] % ds[-2] or \
+            sh[-2] // ds[-2] != sh[-1] // ds[-1] or sh[-1] % ds[-1]:
+        raise NoMatch(f"the maps {list(sh)} and {list(ds)} are not an image's scores and its descriptor cells")
+    probe = _Probe(post, score, desc, outputs)
+    fixed = all(v.type.is_static for v in outputs)
+    specs = _roles(probe, fixed)
+    attrs: dict = {"cell": probe.cell, "outputs": specs, "mode": "fixed" if fixed else "threshold"}
+    if fixed:
+        kp = outputs[[OutputSpec.parse(s).role for s in specs].index("scores")]
+        attrs["max_keypoints"] = int(kp.type.static_shape[-1])
+        attrs["threshold"] = float("-inf")
+
+        def kept(y: int, x: int) -> bool:
+            return _first(probe, specs, probe.peaks([(y, x)], 1.0)) == ((x, y), 1.0)
+
+        window = _window(probe, kept)
+        attrs["fill"] = _fill(probe, specs, window)
+    else:
+        attrs["threshold"] = _threshold(probe, specs)
+
+        def kept(y: int, x: int) -> bool:
+            return _kept_beside_anchor(probe, specs, y, x, 1.0)
+
+        window = _window(probe, kept)
+        attrs["max_keypoints"] = _max_keypoints(probe, specs, *window)
+        attrs["fill"] = 0.0
+    attrs.update(border=window[0], limit_y=window[1], limit_x=window[2])
+    why = _agrees(probe, attrs)
+    if why:
+        raise NoMatch(why)
+    return score, desc, outputs, attrs
 
 
 class FuseKeypoints(Pass):
@@ -157,41 +326,23 @@ class FuseKeypoints(Pass):
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
         post = [n for n in g.nodes if n.placement is Placement.HOST_POST]
         if not post:
-            return PassResult(False)
-        entering = {id(v): v for n in post for v in n.inputs
-                    if v is not None and v.producer is not None and v.producer.placement is Placement.DEVICE}
-        by_op = {v.producer.op.name: v for v in entering.values() if v.producer is not None}
-        score, desc = by_op.get("spc.Nms"), by_op.get("spc.L2Norm")
-        if len(entering) != 2 or score is None or desc is None or len(g.outputs) != 4 or score.type.rank != 3 \
-                or desc.type.rank != 4 or any(v.producer is None or v.producer.placement is not Placement.HOST_POST
-                                              for v in g.outputs):
-            ctx.note("fuse-keypoints: the host post-processing is not SuperPoint's (inputs or outputs differ); "
-                     "the device maps are read densely")
-            return PassResult(False)
-        probe = _Probe(post, score, desc, list(g.outputs))
-        threshold = borders = limit = None
+            return PassResult(False, {"recognised": 0, "why_not": "no host post-processing (the device outputs are the "
+                                                                  "model's)"})
         try:
-            threshold = _threshold(probe)
-            borders = _borders(probe) if threshold is not None else None
-            limit = _max_keypoints(probe, *borders) if borders is not None else None
-            recognised = threshold is not None and borders is not None and limit is not None and \
-                _agrees(probe, threshold, borders, limit)
-        except (ValueError, IndexError, KeyError):
-            recognised = False
-        if not recognised:
-            ctx.note("fuse-keypoints: the host post-processing computes something other than SuperPoint's keypoint "
-                     "extraction; the device maps are read densely")
-            return PassResult(False)
-        assert borders is not None
-        attrs = {"threshold": threshold, "border": borders[0], "limit_y": borders[1], "limit_x": borders[2],
-                 "max_keypoints": limit, "cell": CELL}
-        outputs = list(g.outputs)
+            score, desc, outputs, attrs = recognise(post, g)
+        except (NoMatch, ValueError, IndexError, KeyError, TypeError) as exc:
+            why = str(exc) if isinstance(exc, NoMatch) else f"probing failed ({type(exc).__name__}: {exc})"
+            ctx.note(f"fuse-keypoints: the host post-processing is not recognised as SuperPoint's keypoint extraction: "
+                     f"{why}; the device maps are read densely")
+            return PassResult(False, {"recognised": 0, "why_not": why})
         node = g.make_node(get("spc.Keypoints"), [score, desc], attrs, out_types=[v.type for v in outputs],
                            name="keypoints", out_names=[v.name + "_fused" for v in outputs])
         node.placement = Placement.HOST_POST
         for old, new in zip(outputs, node.outputs):
             g.replace_all_uses(old, new)
         for n in reversed(post):  # consumers first
-            g.remove_node(n)
+            if all(not o.uses and o not in g.outputs for o in n.outputs):
+                g.remove_node(n)
         g.remove_unused_constants()
-        return PassResult(True, {"replaced": len(post), **attrs})
+        shown = {k: v for k, v in attrs.items() if k != "outputs"}
+        return PassResult(True, {"recognised": 1, "replaced": len(post), **shown})

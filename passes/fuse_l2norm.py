@@ -12,7 +12,8 @@ After::
     %y: f32[1,256,60,80] = spc.L2Norm(%d) {axis = 1, eps = 1e-12}
 
 Recognised by value: other spellings (Pow/ReduceSum/Sqrt/Max, multiplication by a reciprocal)
-fuse too. eps is read from the region's clamp constant; a probe with norms below eps checks it.
+fuse too. eps is read from the region's clamp constant (0 without one: x / ||x||, as MagicLeap's network
+divides); a probe with norms below eps checks it.
 Only static shapes are fused (the device's descriptor map); the host's per-keypoint
 normalisation stays as it is.
 """
@@ -28,19 +29,20 @@ from spc.passes.manager import Pass, PassContext, PassResult
 from spc.passes.semantic_match import Region, evaluate, find_exit, fuse_region, grow_region
 
 NORM_OPS = {"onnx.ReduceL2", "onnx.ReduceSum", "onnx.ReduceSumSquare", "onnx.Pow", "onnx.Mul", "onnx.Sqrt",
-            "onnx.Clip", "onnx.Max", "onnx.Expand", "onnx.Div", "onnx.Reciprocal", "onnx.Add"}
+            "onnx.Clip", "onnx.Max", "onnx.Expand", "onnx.Div", "onnx.Reciprocal", "onnx.Add", "onnx.Unsqueeze",
+            "onnx.Squeeze", "onnx.Reshape", "onnx.Identity"}
 _STARTS = {"onnx.ReduceL2", "onnx.ReduceSumSquare", "onnx.Pow", "onnx.Mul"}
-DEFAULT_EPS = 1e-12
 
 
 def region_eps(region: Region) -> float:
-    """The clamp constant of the norm (Clip min / Max operand), or torch's default."""
+    """The clamp constant of the norm (Clip min / Max operand); 0 without one (x / ||x||, as
+    MagicLeap's SuperPointNet divides). The probes check it either way."""
     for n in region.nodes:
         if n.op.name in ("onnx.Clip", "onnx.Max"):
             for v in n.inputs[1:]:
                 if v is not None and v.is_const and v.type.numel == 1:
                     return float(np.asarray(v.data).reshape(-1)[0])
-    return DEFAULT_EPS
+    return 0.0
 
 
 def reduced_axes(region: Region, rank: int) -> list[int]:
@@ -59,18 +61,20 @@ class FuseL2Norm(Pass):
     requires = ("simplify-shapes",)
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
-        fused = 0
+        fused, tried = 0, []
         for entry in [v for v in list(g.values()) if v.type.dtype.is_float and v.type.is_static]:
             if entry.type.rank < 2 or not any(u.op.name in _STARTS for u in entry.consumers()):
                 continue
             if entry.producer is not None and entry.producer not in g.nodes:
                 continue
+            tried.append(f"%{entry.name}")
             region = grow_region(g, entry, NORM_OPS)
             eps = region_eps(region)
             rng = np.random.default_rng(2)
             shape = entry.type.static_shape
+            # norms well below eps tell max(||x||, eps) from ||x||; without eps, small norms still divide
             probes = [rng.normal(size=shape).astype(np.float32),
-                      (rng.normal(size=shape) * eps * 1e-2).astype(np.float32)]
+                      (rng.normal(size=shape) * (eps * 1e-2 if eps > 0 else 1e-3)).astype(np.float32)]
             envs = [evaluate(region, p) for p in probes]
             match = None
             for axis in reduced_axes(region, entry.type.rank):
@@ -84,4 +88,10 @@ class FuseL2Norm(Pass):
             exit, nodes = match
             fuse_region(g, nodes, exit, "spc.L2Norm", [entry], {"axis": axis, "eps": eps}, "l2norm")
             fused += 1
-        return PassResult(fused > 0, {"fused": fused})
+            tried.pop()
+        stats: dict = {"fused": fused}
+        if not fused:
+            stats["why_not"] = (f"no value after {', '.join(tried[:3])}{' ...' if len(tried) > 3 else ''} equals "
+                                "x / max(||x||, eps) along an axis" if tried
+                                else "no value feeds a norm (ReduceL2, ReduceSumSquare, Pow or Mul)")
+        return PassResult(fused > 0, stats)

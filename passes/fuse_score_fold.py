@@ -50,11 +50,14 @@ class FuseScoreFold(Pass):
     requires = ("simplify-shapes",)
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
-        fused = 0
+        fused, tried, returned = 0, [], []
         for entry in [v for v in list(g.values()) if not v.is_const]:
             cell = fold_cell(entry)
+            if cell is not None and not entry.uses and entry in g.outputs:
+                returned.append(f"%{entry.name}")
             if cell is None or not entry.uses or (entry.producer is not None and entry.producer not in g.nodes):
                 continue
+            tried.append(f"%{entry.name} ({cell * cell + 1} channels)")
             region = grow_region(g, entry, FOLD_OPS)
             rng = np.random.default_rng(0)
             probes = [rng.normal(0.0, 4.0, entry.type.static_shape).astype(np.float32) for _ in range(2)]
@@ -68,4 +71,14 @@ class FuseScoreFold(Pass):
             fuse_region(g, nodes, exit, "spc.ScoreFold", [entry],
                         {"cell": cell, "out_shape": list(exit.type.static_shape)}, "score_fold")
             fused += 1
-        return PassResult(fused > 0, {"fused": fused})
+            tried.pop()
+        stats: dict = {"fused": fused}
+        if not fused:
+            if tried:
+                stats["why_not"] = (f"nothing after {', '.join(tried)} computes softmax over the channels, dustbin "
+                                    "drop and depth-to-space")
+            elif returned:
+                stats["why_not"] = f"the model returns the logits ({', '.join(returned)}): no fold in the graph"
+            else:
+                stats["why_not"] = "no value with c*c+1 channels (c >= 2)"
+        return PassResult(fused > 0, stats)

@@ -87,13 +87,14 @@ class InsertDeviceNms(Pass):
     requires = ("fuse-score-fold",)
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
-        fused, found_rounds = 0, []
+        fused, found_rounds, tried = 0, [], []
         for entry in [v for v in list(g.values()) if v.type.dtype.is_float and v.type.is_static]:
             if entry.type.rank < 2 or not entry.uses or (entry.producer and entry.producer not in g.nodes):
                 continue
             radius = pooled_radius(entry)
             if radius is None:
                 continue
+            tried.append(f"%{entry.name} (radius {radius})")
             region = grow_region(g, entry, NMS_OPS)
             probes = probe_maps(entry.type.static_shape, radius)
             envs = [evaluate(region, p) for p in probes]
@@ -114,4 +115,10 @@ class InsertDeviceNms(Pass):
             fuse_region(g, nodes, exit, "spc.Nms", [entry], {"radius": radius, "iterations": rounds_used}, "nms")
             fused += 1
             found_rounds.append(rounds)
-        return PassResult(fused > 0, {"fused": fused, "source_rounds": found_rounds})
+            tried.pop()
+        stats: dict = {"fused": fused, "source_rounds": found_rounds}
+        if not fused:
+            stats["why_not"] = (f"the region after {', '.join(tried)} equals NMS for no number of rounds up to "
+                                f"{MAX_ROUNDS}" if tried
+                                else "no value feeds a stride-1 max pool with an odd square window")
+        return PassResult(fused > 0, stats)

@@ -11,8 +11,9 @@ After::
 
 Covers Identity, inference-mode Dropout, and ops that are no-ops for their static types:
 Reshape/Expand to the same shape, Cast to the same type, Transpose by the identity permutation,
-a Slice that keeps every element, and a Split, Concat or Tile with one part (the legacy
-exporter's spelling of the HF model's per-image loop at batch 1).
+a forward Slice that keeps every element (a reversing one, step -1, keeps the shape but not the
+order: torch's flip), and a Split, Concat or Tile with one part (the legacy exporter's spelling
+of the HF model's per-image loop at batch 1).
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ def identity_source(n: Node) -> Value | None:
         return x if perm is not None and list(perm) == list(range(len(perm))) else None
     if n.op.name == "onnx.Concat" and len([v for v in n.inputs if v is not None]) != 1:
         return None
+    if n.op.name == "onnx.Slice":  # of the same shape, a slice is the input only when it runs forwards
+        steps = n.input(4)
+        if steps is not None and (not steps.is_const or (steps.data <= 0).any()):
+            return None
     if n.op.name in _SHAPE_PRESERVING and x.type == out.type and x.type.is_static:
         return x
     return None

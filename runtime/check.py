@@ -1,14 +1,23 @@
 """`spc check`: run onnxruntime on the source ONNX and our plan on the same inputs, compare.
 
-onnxruntime is asked for the dense maps too, by the names the fused ops kept from the source
-(the pre-NMS score map and the normalised descriptor map), so both sides are compared on the
-same tensors, not just on keypoint lists.
+What is compared comes from the plan's output roles (lowering/roles.py), never from names:
+
+* keypoints (a recognised extraction): both sides' outputs are read in their layout as pixels,
+  scores and descriptors (ir/ops/keypoints.py: canonical), then matched: precision, recall, F1
+  (top 500 by score, 2 px, one-to-one) and the descriptors' cosine;
+* the dense maps: onnxruntime is asked for the tensors the fused ops kept the names of (the
+  pre-NMS score map, the normalised descriptor map) and for dense outputs with a role; their PCC;
+* raw detector logits (a model without post-processing in the graph): both sides' logits go
+  through SuperPoint's standard extraction (softmax, fold, NMS radius 4, threshold 0.005, border
+  4: runtime/superpoint.py), so keypoints are compared too, and the score maps by PCC;
+* every other output: its PCC and largest difference.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +27,8 @@ from spc.frontend.onnx_import import load_onnx
 from spc.lowering.plan import Plan
 from spc.runtime.metrics import keypoint_agreement, pcc
 from spc.runtime.runner import RunResult
+
+NAN = float("nan")
 
 
 @dataclass
@@ -31,9 +42,17 @@ class ImageReport:
     descriptor_cosine: float
     keypoints: int
     ref_keypoints: int
+    # outputs without a keypoint or map role: name -> [PCC, largest absolute difference]
+    outputs: dict[str, list[float]] = field(default_factory=dict)
+    keypoints_from: str = ""  # "outputs" | "standard extraction of the logits" | ""
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def worst_pcc(self) -> float:
+        values = [v for v in (self.score_pcc, self.descriptor_pcc, *(p for p, _ in self.outputs.values()))
+                  if not math.isnan(v)]
+        return min(values) if values else NAN
 
 
 def find_source(plan: Plan, plan_path: Path, onnx: Path | None) -> Path:
@@ -55,9 +74,11 @@ class OrtReference:
 
         model = load_onnx(path)
         have = {o for n in model.graph.node for o in n.output}
-        self.extra = [e for e in extra if e in have]
+        outputs = {o.name for o in model.graph.output}
+        self.extra = [e for e in extra if e in have and e not in outputs]
         for name in self.extra:
             model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+        self.extra += [e for e in extra if e in outputs]
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
         self.session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
@@ -68,26 +89,51 @@ class OrtReference:
         return dict(zip(self.names, self.session.run(None, {self.input: x})))
 
 
-def pixel_keypoints(kp: np.ndarray, width: int, height: int) -> np.ndarray:
-    """HF keypoints are relative (x / W, y / H); back to pixels."""
-    return kp * np.asarray([width, height], np.float32)
-
-
 def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[str, str],
-            width: int, height: int) -> ImageReport:
-    def unbatch(out: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        keep = out["mask"][0].astype(bool)
-        return (pixel_keypoints(out["keypoints"][0][keep], width, height), out["scores"][0][keep],
-                out["descriptors"][0][keep])
+            roles: dict[str, dict], width: int, height: int) -> ImageReport:
+    from spc.ir.ops.keypoints import canonical
+    from spc.runtime.superpoint import score_map_from_logits, standard_keypoints
 
-    kp, sc, de = unbatch(ours.outputs)
-    rkp, rsc, rde = unbatch(ref)
-    agree = keypoint_agreement(kp, sc, de, rkp, rsc, rde)
-    score = pcc(ours.dense["score_map"], ref[maps["score_map"]]) if "score_map" in maps else float("nan")
-    desc = pcc(ours.dense["descriptor_map"], ref[maps["descriptor_map"]]) if "descriptor_map" in maps \
-        else float("nan")
+    score, desc = NAN, NAN
+    if "score_map" in maps:
+        score = pcc(ours.dense["score_map"], ref[maps["score_map"]])
+    if "descriptor_map" in maps:
+        desc = pcc(ours.dense["descriptor_map"], ref[maps["descriptor_map"]])
+    generic: dict[str, list[float]] = {}
+    logits = desc_out = None
+    for out, role in roles.items():
+        r = role.get("role")
+        if out not in ours.outputs or out not in ref:
+            continue
+        a, b = ours.outputs[out], ref[out]
+        if r == "score_map":
+            score = pcc(a, b)
+        elif r == "descriptor_map":
+            desc, desc_out = pcc(a, b), out
+        elif r == "score_logits":
+            logits = (out, int(role["cell"]))
+    if logits is not None:
+        out, cell = logits
+        score = pcc(score_map_from_logits(ours.outputs[out], cell), score_map_from_logits(ref[out], cell))
+    for out, a in ours.outputs.items():
+        if out in roles or out not in ref:
+            continue
+        b = ref[out]
+        same = a.shape == b.shape
+        generic[out] = [pcc(a, b) if same else NAN,
+                        float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max()) if same and a.size else NAN]
+    got, want = canonical(ours.outputs, roles, height, width), canonical(ref, roles, height, width)
+    source = "outputs"
+    if got is None and logits is not None:
+        out, cell = logits
+        dmaps = (ours.outputs.get(desc_out), ref.get(desc_out)) if desc_out else (None, None)
+        got, want = standard_keypoints(ours.outputs[out], dmaps[0], cell), standard_keypoints(ref[out], dmaps[1], cell)
+        source = "standard extraction of the logits"
+    if got is None or want is None:
+        return ImageReport(name, score, desc, NAN, NAN, NAN, NAN, 0, 0, generic, "")
+    agree = keypoint_agreement(*got, *want)
     return ImageReport(name, score, desc, agree.precision, agree.recall, agree.f1, agree.descriptor_cosine,
-                       len(kp), len(rkp))
+                       len(got[0]), len(want[0]), generic, source)
 
 
 class Comparison:
@@ -108,7 +154,8 @@ class Comparison:
     def reports(self, plan: Plan, backend: str = "emu") -> list[ImageReport]:
         from spc.runtime.runner import Runner
 
-        h, w = (int(d) for d in plan.program.inputs[0].shape[2:])
+        shape = [int(d) for d in plan.program.inputs[0].shape]
+        h, w = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
         with Runner(plan, backend) as runner:
-            return [compare(name, runner.run(x, dense=True), ref, self.maps, w, h)
+            return [compare(name, runner.run(x, dense=True), ref, self.maps, plan.program.roles, w, h)
                     for name, x, ref in zip(self.names, self.inputs, self.references)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from spc.lowering.plan import Plan
@@ -17,17 +18,27 @@ def check_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | Non
     return Comparison(src, probes, arrays, [f.name for f in files]).reports(plan, backend)
 
 
+def _f(x: float, digits: int) -> str:
+    return "-" if math.isnan(x) else f"{x:.{digits}f}"
+
+
 def print_reports(reports: list[ImageReport]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="spc plan vs onnxruntime (top-500 keypoints, 2 px)")
+    via = {r.keypoints_from for r in reports if r.keypoints_from}
+    how = " from the logits by SuperPoint's standard extraction" if via == {"standard extraction of the logits"} else ""
+    table = Table(title=f"spc plan vs onnxruntime (top-500 keypoints{how}, 2 px)")
     for col in ("input", "score PCC", "desc PCC", "precision", "recall", "F1", "desc cos", "kp ours/ref"):
         table.add_column(col, justify="left" if col == "input" else "right")
+    others = sorted({name for r in reports for name in r.outputs})
+    for name in others:
+        table.add_column(f"{name} PCC / max diff", justify="right")
     for r in reports:
-        table.add_row(r.input, f"{r.score_pcc:.5f}", f"{r.descriptor_pcc:.5f}", f"{r.precision:.4f}",
-                      f"{r.recall:.4f}", f"{r.f1:.4f}", f"{r.descriptor_cosine:.5f}",
-                      f"{r.keypoints}/{r.ref_keypoints}")
+        kp = f"{r.keypoints}/{r.ref_keypoints}" if r.keypoints_from else "-"
+        cells = [f"{_f(r.outputs[n][0], 5)} / {_f(r.outputs[n][1], 3)}" if n in r.outputs else "-" for n in others]
+        table.add_row(r.input, _f(r.score_pcc, 5), _f(r.descriptor_pcc, 5), _f(r.precision, 4), _f(r.recall, 4),
+                      _f(r.f1, 4), _f(r.descriptor_cosine, 5), kp, *cells)
     # rich assumes 80 columns off a terminal, which would truncate the input names
     console = Console()
     console.width = max(console.width, 112)

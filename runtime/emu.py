@@ -35,6 +35,11 @@ class EmuProgram:
         torch.set_grad_enabled(False)
         self.program = program
         self.calls: list[_Bound] = []
+        try:  # put on the device once, in their storage format, as the ttnn backends do
+            self.constants = {c.name: round_storage(torch.from_numpy(np.array(weights[c.weight], np.float32))
+                                                    .reshape(c.device_shape), c.dtype) for c in program.constants}
+        except KeyError as exc:
+            raise SpcError(f"plan is missing the constant {exc}") from None
         for op in program.device_ops:
             emulation = EMULATIONS.get(op.op)
             if emulation is None:
@@ -53,6 +58,7 @@ class EmuProgram:
     def run(self, inputs: dict[str, np.ndarray], read: list[str]) -> dict[str, np.ndarray]:
         env = {k: round_storage(torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)), "bfloat16")
                for k, v in inputs.items()}
+        env.update(self.constants)
         for call in self.calls:
             call.op.bind(env, call.fn([env[i] for i in call.op.inputs]))
         return {name: env[name].numpy() for name in read}

@@ -66,9 +66,8 @@ def resize(a: np.ndarray, h: int, w: int) -> np.ndarray:
 
 
 def load_input(path: Path, shape: list[int]) -> np.ndarray:
-    """The plan input for ``path``: shape (1, C, H, W) float32."""
-    if len(shape) != 4 or not all(isinstance(d, int) for d in shape):
-        raise SpcError(f"plan input shape {shape} is not (1, C, H, W)")
+    """The plan input for ``path``, float32: a .npy of exactly ``shape``, or an image for a
+    (1, C, H, W) input."""
     if path.suffix.lower() == ".npy":
         try:
             a = np.load(path, allow_pickle=False)
@@ -79,6 +78,8 @@ def load_input(path: Path, shape: list[int]) -> np.ndarray:
         if not np.issubdtype(a.dtype, np.number):
             raise SpcError(f"{path}: array dtype {a.dtype} is not numeric")
         return a.astype(np.float32)
+    if len(shape) != 4 or shape[0] != 1:
+        raise SpcError(f"{path}: the plan's input is {shape}, not an image (1, C, H, W); give a .npy of that shape")
     n, c, h, w = shape
     grey = resize(grey_image(path), h, w)
     return np.broadcast_to(grey[None, None], (n, c, h, w)).astype(np.float32)

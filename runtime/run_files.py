@@ -11,7 +11,7 @@ from spc.errors import SpcError
 from spc.files import atomic_write
 from spc.lowering.plan import Plan
 from spc.runtime.inputs import load_input
-from spc.runtime.runner import Runner
+from spc.runtime.runner import Runner, RunResult
 
 
 def output_paths(files: list[Path], output: Path | None, suffix: str) -> list[Path]:
@@ -45,12 +45,28 @@ def overlay_png(grey: np.ndarray, keypoints: np.ndarray, scores: np.ndarray) -> 
     return buf.getvalue()
 
 
+def summary(result: RunResult, roles: dict[str, dict], height: int, width: int) -> str:
+    """What a frame gave: its keypoints when the model has them (by role), else its outputs."""
+    from spc.ir.ops.keypoints import canonical
+
+    got = canonical(result.outputs, roles, height, width)
+    if got is not None:
+        return f"{len(got[0])} keypoints"
+    return ", ".join(f"{name} {list(a.shape)}" for name, a in result.outputs.items())
+
+
 def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | None, dense: bool,
               backend: str, trace: bool = True) -> None:
     from rich.progress import Progress
 
+    from spc.ir.ops.keypoints import canonical
+
     spec = plan.program.inputs[0]
     shape = [int(d) for d in spec.shape]
+    roles = plan.program.roles
+    height, width = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
+    if viz is not None and not any(r.get("role") == "keypoints" for r in roles.values()):
+        raise SpcError("--viz draws keypoints, and this plan's outputs hold none (spc inspect lists its outputs)")
     npz_paths = output_paths(files, output, ".npz")
     viz_paths = output_paths(files, viz, ".png") if viz is not None else [None] * len(files)
     # read every input first: a bad file fails before anything is written
@@ -64,10 +80,10 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
             arrays_out.update({k: v for k, v in result.dense.items()})
             atomic_write(out, npz_bytes(arrays_out))
             if vz is not None:
-                keep = result.outputs["mask"][0].astype(bool)
-                kp = result.outputs["keypoints"][0][keep] * np.asarray([shape[3], shape[2]], np.float32)
-                atomic_write(vz, overlay_png(x[0, 0], kp, result.outputs["scores"][0][keep]))
+                found = canonical(result.outputs, roles, height, width)
+                assert found is not None
+                grey = x.reshape(-1, height, width)[0]
+                atomic_write(vz, overlay_png(grey, found[0], found[1]))
             bar.advance(task)
-            n = int(result.outputs["mask"].sum())
             note = " (more than the compact read-back holds: read densely)" if runner.overflows > overflows else ""
-            print(f"{f}: {n} keypoints{note} -> {out}" + (f", {vz}" if vz else ""))
+            print(f"{f}: {summary(result, roles, height, width)}{note} -> {out}" + (f", {vz}" if vz else ""))

@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from spc.errors import SpcError
-from spc.ir.ops.spc_ops import KeypointOverflow
-from spc.lowering.layout import DeviceLayout
+from spc.ir.ops.keypoints import KeypointOverflow
+from spc.ir.types import DType
 from spc.lowering.plan import Plan
+from spc.lowering.program import DeviceTensor
 from spc.runtime.backend import get_backend
 from spc.runtime.host import run_host
 
@@ -20,6 +21,15 @@ class RunResult:
     outputs: dict[str, np.ndarray]  # the model's outputs, by ONNX output name
     dense: dict[str, np.ndarray]  # device maps by role ("score_map", ...), in IR shape
     seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _host_value(t: DeviceTensor, y: np.ndarray) -> np.ndarray:
+    """A device result as the IR value it holds: its shape, and its element type (0/1 -> bool)."""
+    x = t.layout.from_device(y, t.shape)
+    dtype = DType(t.dtype)
+    if dtype is DType.BOOL:
+        return x != 0
+    return x.astype(np.float32 if dtype is DType.BF16 else dtype.numpy, copy=False)
 
 
 class Runner:
@@ -47,7 +57,7 @@ class Runner:
         t0 = time.perf_counter()
         env: dict[str, np.ndarray] = {spec.name: x.astype(np.float32)}
         run_host(p.host_pre, env, self.plan.weights)
-        dev_in = {t.name: DeviceLayout.of(t.shape).to_device(env[t.name]) for t in p.device_inputs}
+        dev_in = {t.name: t.layout.to_device(env[t.name]) for t in p.device_inputs}
         t1 = time.perf_counter()
         read = [t.name for t in p.device_outputs]
         if dense:
@@ -55,7 +65,7 @@ class Runner:
         got = self.device.run(dev_in, read)
         t2 = time.perf_counter()
         for t in p.device_outputs:
-            env[t.name] = DeviceLayout.of(t.shape).from_device(got[t.name], t.shape)
+            env[t.name] = _host_value(t, got[t.name])
         try:
             run_host(p.host_post, env, self.plan.weights)
         except KeypointOverflow:
@@ -64,12 +74,12 @@ class Runner:
             self.overflows += 1
             got.update(self.device.run(dev_in, [t.name for t in p.fallback_outputs]))
             for t in p.fallback_outputs:
-                env[t.name] = DeviceLayout.of(t.shape).from_device(got[t.name], t.shape)
+                env[t.name] = _host_value(t, got[t.name])
             run_host(p.fallback_post, env, self.plan.weights)
         t3 = time.perf_counter()
         seconds.update(host_pre=t1 - t0, device=t2 - t1, host_post=t3 - t2)
         seconds.update({f"device.{k}": v for k, v in getattr(self.device, "seconds", {}).items()})
         maps = {}
         if dense:
-            maps = {role: DeviceLayout.of(t.shape).from_device(got[t.name], t.shape) for role, t in p.probes.items()}
+            maps = {role: t.layout.from_device(got[t.name], t.shape) for role, t in p.probes.items()}
         return RunResult({o.name: env[o.name] for o in p.outputs}, maps, seconds)

@@ -40,6 +40,8 @@ TRACE_REGION_BYTES = 64 << 20  # DRAM for the captured commands; the program has
 RUNTIME_CALLS: dict[str, tuple[str, ...]] = {
     "open_mesh_device": ("mesh_shape", "l1_small_size", "trace_region_size", "num_command_queues"),
     "allocate_tensor_on_device": ("shape", "dtype", "layout", "mesh_device", "memory_config"),
+    "to_device": ("tensor", "device", "memory_config"),
+    "to_layout": ("tensor", "layout"),
     "copy_host_to_device_tensor": ("host_tensor", "device_tensor", "cq_id"),
     "record_event": ("mesh_device", "cq_id"),
     "wait_for_event": ("cq_id", "mesh_event"),
@@ -90,10 +92,23 @@ class TtnnProgram:
         self.device = self.call("open_mesh_device", mesh_shape=ttnn.MeshShape(1, 1), l1_small_size=L1_SMALL_BYTES,
                                 trace_region_size=TRACE_REGION_BYTES if trace else 0, num_command_queues=2)
         try:
+            self.constants = {c.name: self._constant(c.weight, c.device_shape, c.dtype) for c in program.constants}
             self.calls = [(op, self._bind(op)) for op in program.device_ops]
         except Exception:
             self.close()
             raise
+
+    def _constant(self, key: str, shape: list[int], dtype: str) -> Any:
+        """A program constant on the device, in tiles, in DRAM: put there once, before any frame."""
+        t = self.ttnn
+        try:
+            array = self.weights[key]
+        except KeyError:
+            raise SpcError(f"plan is missing the constant {key}") from None
+        host = t.Tensor(np.ascontiguousarray(array, dtype=np.float32).reshape(shape), data_type=getattr(t, dtype),
+                        layout=t.ROW_MAJOR_LAYOUT)
+        dev = self.call("to_device", tensor=host, device=self.device, memory_config=t.DRAM_MEMORY_CONFIG)
+        return self.call("to_layout", tensor=dev, layout=t.TILE_LAYOUT)
 
     # -- evaluating call descriptions (lowering/ttnn_calls.py) ----------------------------------
     def _bind(self, op: TtOp) -> Callable[[dict[str, Any]], Any]:
@@ -183,7 +198,7 @@ class TtnnProgram:
                 watch: Callable[[TtOp], AbstractContextManager[Any]] | None = None) -> dict[str, Any]:
         """Every program call on queue 0, tensors freed after their last use; returns ``keep``.
         ``watch(op)`` is entered around each call (scripts/l1_agreement.py measures there)."""
-        env: dict[str, Any] = dict(self.inputs)
+        env: dict[str, Any] = {**self.inputs, **self.constants}
         for (op, call), dead in zip(self.calls, self.program.frees(keep | set(self.inputs))):
             try:
                 with watch(op) if watch else contextlib.nullcontext():

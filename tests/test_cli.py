@@ -144,17 +144,33 @@ def _rewrite_member(src: Path, dst: Path, member: str, edit) -> None:
 
 def _bad_onnx(tmp_path: Path, small_onnx: Path) -> dict[str, tuple[Path, str]]:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    x2 = helper.make_tensor_value_info("x2", TensorProto.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])
+    add = helper.make_model(helper.make_graph([helper.make_node("Add", ["x", "x2"], ["y"])], "g", [x, x2], [y]),
+                            opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save(add, tmp_path / "two.onnx")
+    (tmp_path / "trunc.onnx").write_bytes(small_onnx.read_bytes()[:4000])
+    return {"missing": (tmp_path / "nope.onnx", "no such file"),
+            "truncated": (tmp_path / "trunc.onnx", "not a readable ONNX model"),
+            "two-inputs": (tmp_path / "two.onnx", "spc compiles models with one input (an image); this one has 2")}
+
+
+def test_a_valid_model_that_is_not_superpoint_compiles_and_runs(tmp_path: Path) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])
     relu = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]),
                              opset_imports=[helper.make_opsetid("", 18)])
     onnx.save(relu, tmp_path / "relu.onnx")
-    (tmp_path / "trunc.onnx").write_bytes(small_onnx.read_bytes()[:4000])
-    return {"missing": (tmp_path / "nope.onnx", "no such file"),
-            "truncated": (tmp_path / "trunc.onnx", "not a readable ONNX model"),
-            "not-superpoint": (tmp_path / "relu.onnx", "not SuperPoint-like")}
+    code, _, err = spc("compile", tmp_path / "relu.onnx", "-o", tmp_path / "relu.ttplan")
+    assert code == 0, err
+    a = np.linspace(-1, 1, 192, dtype=np.float32).reshape(1, 3, 8, 8)
+    np.save(tmp_path / "x.npy", a)
+    code, _, err = spc("run", tmp_path / "relu.ttplan", tmp_path / "x.npy", "-o", tmp_path / "y.npz")
+    assert code == 0, err
+    np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], np.maximum(a, 0), atol=1e-2)
 
 
-@pytest.mark.parametrize("case", ["missing", "truncated", "not-superpoint"])
+@pytest.mark.parametrize("case", ["missing", "truncated", "two-inputs"])
 def test_bad_onnx(case: str, small_onnx: Path, tmp_path: Path) -> None:
     path, message = _bad_onnx(tmp_path, small_onnx)[case]
     out = tmp_path / "out.ttplan"

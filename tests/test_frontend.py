@@ -35,18 +35,18 @@ def _model(nodes, inputs, outputs, inits=(), opset: int = 17) -> onnx.ModelProto
 
 
 def test_unsupported_nodes_are_listed_in_one_error(tmp_path: Path) -> None:
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 8, 8])
-    model = _model([helper.make_node("Erf", ["x"], ["a"], name="erf_1"),
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])
+    model = _model([helper.make_node("Det", ["x"], ["a"], name="det_1"),
                     helper.make_node("Relu", ["a"], ["b"], name="ok"),
-                    helper.make_node("Mish", ["b"], ["y"], name="mish_2")], [x], [y])
+                    helper.make_node("Det", ["b"], ["y"], name="det_2")], [x], [y])
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
     with pytest.raises(SpcError) as err:
         import_onnx(path)
     msg = str(err.value)
-    assert "2 unsupported node(s)" in msg and "erf_1 (ai.onnx::Erf, opset 17)" in msg
-    assert "mish_2 (ai.onnx::Mish, opset 17)" in msg and "\n" not in msg
+    assert "2 unsupported node(s)" in msg and "det_1 (ai.onnx::Det, opset 17: no such op in spc)" in msg
+    assert "det_2 (ai.onnx::Det, opset 17: no such op in spc)" in msg and "\n" not in msg
 
 
 @pytest.mark.parametrize("content", [b"", b"not a protobuf at all", None], ids=["empty", "garbage", "truncated"])
@@ -130,63 +130,6 @@ def test_superpoint_family_spelling_compiles_and_matches_onnxruntime(tmp_path: P
     assert ours["scores"].shape == ref[0].shape and ours["descriptors"].shape == ref[1].shape
     assert np.corrcoef(ours["descriptors"].ravel(), ref[1].ravel())[0, 1] > 0.999
     assert np.corrcoef(ours["scores"].ravel(), ref[0].ravel())[0, 1] > 0.99
-
-
-def _simple_nms_4d(scores, nms_radius: int):
-    """HF simple_nms with its pools on a 4-D view: the HF model pools a 3-D tensor, which the
-    legacy exporter writes as an invalid 2-D MaxPool on rank 3 (onnxruntime rejects it)."""
-    import torch
-
-    def max_pool(x):
-        k = nms_radius * 2 + 1
-        return torch.nn.functional.max_pool2d(x[:, None], kernel_size=k, stride=1, padding=nms_radius)[:, 0]
-
-    zeros = torch.zeros_like(scores)
-    max_mask = scores == max_pool(scores)
-    for _ in range(2):
-        supp_mask = max_pool(max_mask.float()) > 0
-        supp_scores = torch.where(supp_mask, zeros, scores)
-        new_max_mask = supp_scores == max_pool(supp_scores)
-        max_mask = max_mask | (new_max_mask & (~supp_mask))
-    return torch.where(max_mask, scores, zeros)
-
-
-def test_legacy_exporter_spelling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, images: dict[str, Path]) -> None:
-    """torch.onnx's legacy (TorchScript) exporter: Constant nodes, Shape/Gather/Concat chains,
-    ConstantOfShape, Range, ScatterND, Split, Flatten, Gather for squeezes."""
-    import warnings
-
-    import torch
-    import transformers.models.superpoint.modeling_superpoint as hf
-
-    from spc.frontend.export import _tuple_outputs
-    from spc.frontend.weights import build_model
-    from spc.runtime.check import OrtReference, compare
-    from spc.runtime.inputs import load_input
-
-    monkeypatch.setattr(hf, "simple_nms", _simple_nms_4d)
-    src = tmp_path / "legacy.onnx"
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(_tuple_outputs(build_model(None)), (torch.rand(1, 3, 120, 160),), str(src), dynamo=False,
-                          opset_version=17, input_names=["pixel_values"],
-                          output_names=["keypoints", "scores", "descriptors", "mask"])
-    ops_in = {n.op_type for n in onnx.load(str(src)).graph.node}
-    assert {"Constant", "ConstantOfShape", "Range", "ScatterND", "Split", "Flatten"} <= ops_in
-    plan_path = tmp_path / "legacy.ttplan"
-    result = compile_onnx(src, plan_path)
-    device = [n.op.name for n in result.graph.nodes if n.placement.value == "device"]
-    assert sorted(set(device)) == ["onnx.MaxPool", "spc.Conv2d", "spc.L2Norm", "spc.Nms", "spc.ScoreFold"]
-    assert len(device) == 18  # the same device program as the dynamo export
-    assert "iterations = 2" in str(result.graph)
-    plan = read_plan(plan_path)
-    ref = OrtReference(src, [t.name for t in plan.program.probes.values()])
-    assert len(ref.extra) == 3  # the fused ops kept the legacy names, so ORT can be asked for them
-    x = load_input(images["astronaut"], [1, 3, 120, 160])
-    with Runner(plan) as runner:
-        report = compare("astronaut", runner.run(x, dense=True), ref.run(x),
-                         {role: t.name for role, t in plan.program.probes.items()}, 160, 120)
-    assert report.score_pcc > 0.995 and report.descriptor_pcc > 0.995 and report.f1 > 0.95
 
 
 def test_weights_layouts() -> None:

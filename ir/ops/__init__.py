@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from spc.ir.graph import Value
 
 Evaluate = Callable[[list[Any], dict[str, Any]], list[np.ndarray]]
+# (attrs, n_inputs, n_outputs, schema since_version) -> attrs: the importer's chance to make
+# version-dependent or implicit ONNX semantics explicit (e.g. Split-13's equal parts = its output count)
+Canonicalize = Callable[[dict[str, Any], int, int, int], dict[str, Any]]
 Infer = Callable[[list["Value | None"], dict[str, Any]], "list[TensorType] | None"]
 
 
@@ -32,6 +35,10 @@ class OpDef:
     # min/max number of inputs, for the verifier
     arity: tuple[int, int] = (0, 99)
     doc: str = field(default="", compare=False)
+    # ONNX schema versions (since_version) whose semantics ``evaluate`` implements; None: every
+    # version within the importer's opset range (frontend/onnx_import.py)
+    schemas: tuple[int, ...] | None = None
+    canonicalize: Canonicalize | None = field(default=None, compare=False)
 
     @property
     def dialect(self) -> str:
@@ -55,13 +62,14 @@ REGISTRY: dict[str, OpDef] = {}
 
 
 def register(name: str, infer: Infer | None = None, *, data_dependent: bool = False,
-             arity: tuple[int, int] = (0, 99)) -> Callable[[Evaluate], OpDef]:
+             arity: tuple[int, int] = (0, 99), schemas: tuple[int, ...] | None = None,
+             canonicalize: Canonicalize | None = None) -> Callable[[Evaluate], OpDef]:
     """Decorator: ``@register("onnx.Relu", same_type)`` on the evaluator defines the op."""
 
     def wrap(fn: Evaluate) -> OpDef:
         if name in REGISTRY:
             raise ValueError(f"op {name} registered twice")
-        op = OpDef(name, fn, infer, data_dependent, arity, (fn.__doc__ or "").strip())
+        op = OpDef(name, fn, infer, data_dependent, arity, (fn.__doc__ or "").strip(), schemas, canonicalize)
         REGISTRY[name] = op
         return op
 
@@ -83,4 +91,4 @@ def onnx_op(op_type: str) -> OpDef | None:
 
 def _load_all() -> None:
     # Imported for their registrations; done lazily to keep `import spc.ir` cheap.
-    from spc.ir.ops import onnx_nn, onnx_tensor, spc_ops  # noqa: F401
+    from spc.ir.ops import keypoints, onnx_elementwise, onnx_nn, onnx_tensor, spc_ops  # noqa: F401

@@ -90,96 +90,13 @@ def _nms(ins: A, attrs: D) -> list[np.ndarray]:
 
 
 def l2_normalize(x: np.ndarray, axis: int, eps: float) -> np.ndarray:
+    """x / max(||x||, eps); with eps = 0 a zero vector gives NaN, as x / ||x|| does."""
     norm = np.sqrt(np.sum(np.square(x.astype(np.float64)), axis=axis, keepdims=True))
-    return (x / np.maximum(norm, eps)).astype(x.dtype)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (x / np.maximum(norm, eps)).astype(x.dtype)
 
 
 @register("spc.L2Norm", same_type, arity=(1, 1))
 def _l2norm(ins: A, attrs: D) -> list[np.ndarray]:
     """x / max(||x||_2 over ``axis``, ``eps``), as torch.nn.functional.normalize."""
     return [l2_normalize(np.asarray(ins[0]), int(attrs["axis"]), float(attrs["eps"]))]
-
-
-def sample_descriptors(xy: np.ndarray, desc: np.ndarray, cell: int) -> np.ndarray:
-    """HF SuperPoint ``_sample_descriptors``: bilinear (align_corners, zero padding) samples of the
-    coarse map ``desc`` (C, hc, wc) at full-resolution pixels ``xy`` (N, 2), L2-normalised."""
-    c, hc, wc = desc.shape
-    divisor = np.array([wc * cell - cell / 2 - 0.5, hc * cell - cell / 2 - 0.5], np.float32)
-    g = ((xy.astype(np.float32) - cell / 2 + 0.5) / divisor) * 2 - 1
-    ix, iy = (g[:, 0] + 1) / 2 * (wc - 1), (g[:, 1] + 1) / 2 * (hc - 1)
-    x0, y0 = np.floor(ix).astype(np.int64), np.floor(iy).astype(np.int64)
-    out = np.zeros((len(xy), c), np.float32)
-    for dx, dy in ((0, 0), (1, 0), (0, 1), (1, 1)):
-        xs, ys = x0 + dx, y0 + dy
-        weight = (1 - np.abs(ix - xs)) * (1 - np.abs(iy - ys))
-        inside = (xs >= 0) & (xs < wc) & (ys >= 0) & (ys < hc)
-        out[inside] += weight[inside, None] * desc[:, ys[inside], xs[inside]].T
-    return l2_normalize(out, 1, 1e-12)
-
-
-def superpoint_keypoints(score: np.ndarray, desc: np.ndarray, threshold: float, border: int, limit_y: int,
-                         limit_x: int, max_keypoints: int, cell: int) -> list[np.ndarray]:
-    """HF SuperPoint's keypoint post-processing on one image: pixels of the (1, H, W) NMS map above
-    ``threshold`` in raster order, with ``border <= y < limit_y`` and ``border <= x < limit_x``,
-    the ``max_keypoints`` best (-1: all) by score, descriptors sampled at them; keypoints as
-    (x / W, y / H). (HF compares with 8x the map's size, so its far borders never apply: the
-    limits are then H and W.)"""
-    s = np.asarray(score, np.float32)[0]
-    h, w = s.shape
-    ys, xs = np.nonzero(s > np.float32(threshold))
-    inside = (ys >= border) & (ys < limit_y) & (xs >= border) & (xs < limit_x)
-    ys, xs = ys[inside], xs[inside]
-    scores = s[ys, xs]
-    if 0 <= max_keypoints < len(scores):
-        order = np.argsort(-scores, kind="stable")[:max_keypoints]
-        ys, xs, scores = ys[order], xs[order], scores[order]
-    xy = np.stack([xs, ys], -1).astype(np.float32)
-    d = sample_descriptors(xy, np.asarray(desc, np.float32)[0], cell)
-    n = len(scores)
-    return [(xy / np.array([w, h], np.float32))[None], scores[None], d[None], np.ones((1, n), np.int32)]
-
-
-KEYPOINT_ATTRS = ("threshold", "border", "limit_y", "limit_x", "max_keypoints", "cell")
-
-
-@register("spc.Keypoints", None, data_dependent=True, arity=(2, 2))
-def _keypoints(ins: A, attrs: D) -> list[np.ndarray]:
-    """SuperPoint keypoints (keypoints, scores, descriptors, mask) from the NMS score map and the
-    normalised descriptor map: :func:`superpoint_keypoints`."""
-    return superpoint_keypoints(np.asarray(ins[0]), np.asarray(ins[1]), *(attrs[k] for k in KEYPOINT_ATTRS))
-
-
-class KeypointOverflow(Exception):
-    """More keypoints may exceed the threshold than the device's top-K holds: read densely."""
-
-
-def keypoints_from_top_k(values: np.ndarray, indices: np.ndarray, descriptors: np.ndarray, threshold: float,
-                         border: int, limit_x: int, max_keypoints: int, height: int, width: int) -> list[np.ndarray]:
-    """:func:`superpoint_keypoints` from the device's top-K of the NMS map's kept window (rows
-    from ``border``, columns ``border`` to ``limit_x``): values, flat indices in that window, and
-    descriptors already sampled there. Raises :class:`KeypointOverflow` when the K-th value is
-    still above the threshold and every keypoint was asked for."""
-    v = np.asarray(values, np.float32).reshape(-1)
-    p = np.rint(np.asarray(indices, np.float64)).reshape(-1).astype(np.int64)
-    d = np.asarray(descriptors, np.float32).reshape(len(v), -1)
-    inner = limit_x - border
-    ys, xs = p // inner + border, p % inner + border
-    above = v > np.float32(threshold)
-    if max_keypoints >= 0 and len(v) > max_keypoints and above[max_keypoints]:
-        keep = np.arange(max_keypoints)  # more than asked for: the best, best first (as torch.topk)
-    elif max_keypoints < 0 and above[-1]:
-        raise KeypointOverflow(f"all {len(v)} device keypoint slots are above the threshold")
-    else:
-        keep = np.flatnonzero(above)
-        keep = keep[np.argsort(ys[keep] * width + xs[keep], kind="stable")]  # raster order, as NonZero
-    xy = np.stack([xs[keep], ys[keep]], -1).astype(np.float32)
-    n = len(keep)
-    return [(xy / np.array([width, height], np.float32))[None], v[keep][None], d[keep][None],
-            np.ones((1, n), np.int32)]
-
-
-@register("spc.KeypointsFromTopK", None, data_dependent=True, arity=(3, 3))
-def _keypoints_from_top_k(ins: A, attrs: D) -> list[np.ndarray]:
-    """The host tail of a compact read-back: :func:`keypoints_from_top_k`."""
-    return keypoints_from_top_k(*ins, attrs["threshold"], attrs["border"], attrs["limit_x"],
-                                attrs["max_keypoints"], attrs["height"], attrs["width"])

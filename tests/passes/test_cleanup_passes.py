@@ -125,6 +125,26 @@ def test_remove_identity() -> None:
     assert ops_of(g) == ["onnx.Reshape"] and g.nodes[0].inputs[0] is g.inputs[0]
 
 
+def test_a_reversing_slice_is_not_an_identity() -> None:
+    """torch's flip exports as a Slice with step -1: same shape, other order (a fixed-K export's
+    (y, x) -> (x, y) before sampling descriptors)."""
+    g = ir("""graph @t(%x: f32[4,2]) {
+  %s: i64[1] = const dense<[-1]>
+  %e: i64[1] = const dense<[-9223372036854775807]>
+  %a: i64[1] = const dense<[1]>
+  %fwd: i64[1] = const dense<[1]>
+  %z: i64[1] = const dense<[0]>
+  %big: i64[1] = const dense<[9223372036854775807]>
+  %flip: f32[4,2] = onnx.Slice(%x, %s, %e, %a, %s) #flip
+  %same: f32[4,2] = onnx.Slice(%flip, %z, %big, %a, %fwd) #same
+  return %same
+}
+""")
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    assert RemoveIdentity().run(g, PassContext()).stats["removed"] == 1
+    assert ops_of(g) == ["onnx.Slice"] and np.array_equal(evaluate_graph(g, {"x": x})[0], x[:, ::-1])
+
+
 def test_eliminate_dead_code() -> None:
     g = ir("""graph @t(%x: f32[4]) {
   %unused: f32[4] = const dense<[1.0, 2.0, 3.0, 4.0]>

@@ -44,7 +44,18 @@ def test_fuses(make, eps: float) -> None:
     np.testing.assert_allclose(evaluate_graph(b.g, {"x": x})[0], before, rtol=1e-5, atol=1e-6)
 
 
-def test_norm_without_eps_is_not_fused() -> None:
-    """x / ||x|| differs from normalize() on (near-)zero vectors, so it must stay as it is."""
+def test_norm_without_eps_fuses_with_eps_zero() -> None:
+    """x / ||x|| (MagicLeap's SuperPointNet divides so) is L2Norm with eps = 0: a zero vector gives
+    NaN, as the source does, and a tiny one is still divided by its own norm."""
     b = pow_sqrt(eps=False)
-    assert not FuseL2Norm().run(b.g, PassContext()).modified
+    x = np.random.default_rng(3).normal(size=SHAPE).astype(np.float32)
+    x[0, :, 0, 0] = 0
+    x[0, :, 0, 1] *= 1e-20
+    with np.errstate(invalid="ignore"):
+        before = evaluate_graph(b.g, {"x": x})[0]
+        assert FuseL2Norm().run(b.g, PassContext()).stats == {"fused": 1}
+        (node,) = b.g.nodes
+        assert node.attrs["eps"] == 0.0
+        after = evaluate_graph(b.g, {"x": x})[0]
+    np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert np.isnan(after[0, :, 0, 0]).all() and np.isfinite(after[0, :, 0, 1]).all()

@@ -1,0 +1,168 @@
+"""The emitter: appends ttnn calls to a program and knows where each device tensor is.
+
+For every device tensor it keeps the layout (:mod:`spc.lowering.layout`: the conv form
+``[1, 1, N*H*W, C]`` or the IR shape itself), the storage format, whether it is in tiles or row
+major, and whether it lives in DRAM or L1. Lowerings ask it for a tensor in the form they need
+(:meth:`Emitter.to_plain`, :meth:`Emitter.to_nhwc`, :meth:`Emitter.tiled`), and it emits the
+conversion once per tensor. Constants an op reads (a per-channel scale, a broadcast operand) go
+on the device once, as :class:`~spc.lowering.program.DeviceConstant`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from spc.ir.graph import Value
+from spc.lowering.layout import DeviceLayout, Layout, PlainLayout
+from spc.lowering.program import DeviceConstant, TtOp
+
+INPUT_DTYPE = "bfloat16"
+
+# the layout a call leaves its result in, where it is not its first input's (measured on the mock
+# p150: conv2d is asked for TILE; max_pool2d, argmax and upsample give ROW_MAJOR; reductions and
+# softmax give TILE whatever they read)
+_TILED_RESULT = {"ttnn.conv2d": True, "ttnn.max_pool2d": False, "ttnn.avg_pool2d": False, "ttnn.argmax": False,
+                 "ttnn.upsample": False, "ttnn.softmax": True, "ttnn.sum": True, "ttnn.mean": True, "ttnn.max": True,
+                 "ttnn.min": True, "ttnn.matmul": True, "ttnn.topk": True, "ttnn.global_avg_pool2d": True}
+
+
+@dataclass
+class Emitter:
+    ops: list[TtOp] = field(default_factory=list)
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    layouts: dict[str, Layout] = field(default_factory=dict)
+    dtypes: dict[str, str] = field(default_factory=dict)
+    in_dram: dict[str, bool] = field(default_factory=dict)  # where each result lives (device inputs: DRAM)
+    tiles: dict[str, bool] = field(default_factory=dict)  # in tiles (else row major); device inputs: row major
+    constants: list[DeviceConstant] = field(default_factory=list)
+    kernels: bool = False  # fused kernels (kernels/) instead of the stock calls they replace
+    _converted: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def emit(self, op: str, inputs: list[str], output: str, out_layout: Layout, source: str,
+             weights: dict[str, str] | None = None, store: str | None = None, out_shape: list[int] | None = None,
+             extra_outputs: list[str] | None = None, extra_dtypes: list[str] | None = None, **args: Any) -> str:
+        """Append a call; its result is stored as ``store``, by default as its first input is."""
+        store = store or (self.dtypes.get(inputs[0], INPUT_DTYPE) if inputs else INPUT_DTYPE)
+        shape = out_shape or args.get("shape") or out_layout.device_shape  # a 5-D reshape keeps its own shape
+        extra_dtypes = list(extra_dtypes or [store] * len(extra_outputs or []))
+        self.ops.append(TtOp(op, inputs, output, args, weights or {}, source, store, shape=list(shape),
+                             extra_outputs=list(extra_outputs or []), extra_dtypes=extra_dtypes))
+        for extra, dtype in zip(extra_outputs or [], extra_dtypes):
+            self.layouts[extra], self.dtypes[extra], self.in_dram[extra] = out_layout, dtype, True
+            self.tiles[extra] = True
+        self.layouts[output] = out_layout
+        self.dtypes[output] = store
+        if op == "ttnn.to_layout":
+            self.tiles[output] = args["layout"].startswith("TILE")
+        else:
+            self.tiles[output] = _TILED_RESULT.get(op, self.tiles.get(inputs[0], False) if inputs else False)
+        path = args.get("slice_config", {}).get("type", "")
+        if args.get("memory_config") == "DRAM_INTERLEAVED" or path.startswith("dram"):
+            self.in_dram[output] = True
+        elif path == "l1_full":
+            self.in_dram[output] = False
+        else:  # element-wise and data-movement calls stay where their input is
+            self.in_dram[output] = self.in_dram.get(inputs[0], True) if inputs else True
+        return output
+
+    def kernel(self, name: str, inputs: list[str], outputs: list[str], out_layout: Layout, source: str,
+               store: str | None = None, **params: Any) -> str:
+        """A fused kernel call; it records the stock calls it replaces for runtimes without tt-lang."""
+        from spc.kernels import KERNELS
+
+        composed = KERNELS[name].composed(inputs, outputs, params)
+        return self.emit("spc.kernel", inputs, outputs[0], out_layout, source, store=store, kernel=name,
+                         params=params, composed=composed, extra_outputs=outputs[1:])
+
+    def into_dram(self, name: str, source: str) -> str:
+        """The DRAM path of conv2d and max_pool2d reads its input from DRAM (conv2d.cpp:
+        "Conv DRAM expects the input tensor to be in DRAM")."""
+        if self.in_dram.get(name, True):
+            return name
+        return self.emit("ttnn.to_memory_config", [name], name + "/dram", self.layouts[name], source,
+                         memory_config="DRAM_INTERLEAVED")
+
+    def weight(self, v: Value) -> str:
+        self.weights[v.name] = np.asarray(v.data)
+        return v.name
+
+    # -- forms and layouts -----------------------------------------------------------------------
+    def form(self, name: str) -> str:
+        return self.layouts[name].form
+
+    def _once(self, name: str, kind: str, make: Any) -> str:
+        key = (name, kind)
+        if key not in self._converted:
+            self._converted[key] = make()
+        return self._converted[key]
+
+    def interleaved(self, name: str, source: str) -> str:
+        """The tensor in DRAM, interleaved: data-movement calls (permute, concat, pad) take a
+        height-sharded conv output only in the shard spec they were built for."""
+        return self._once(name, "dram", lambda: self.into_dram(name, source))
+
+    def tiled(self, name: str, source: str) -> str:
+        """The tensor in tiles: what ttnn's compute calls (softmax, where, matmul, reductions) read."""
+        if self.tiles.get(name, False):
+            return name
+        return self._once(name, "tile", lambda: self.emit("ttnn.to_layout", [name], name + "/tiled",
+                                                          self.layouts[name], source, layout="TILE_LAYOUT"))
+
+    def row_major(self, name: str, source: str) -> str:
+        if not self.tiles.get(name, False):
+            return name
+        return self._once(name, "rm", lambda: self.emit("ttnn.to_layout", [name], name + "/row_major",
+                                                        self.layouts[name], source, layout="ROW_MAJOR_LAYOUT"))
+
+    def to_plain(self, name: str, v: Value, source: str) -> str:
+        """``name`` (the device tensor of IR value ``v``) in the plain form: [1,1,NHW,C] ->
+        [N,H,W,C] -> permute -> [N,C,H,W] (a 3-D or 2-D map only reshapes)."""
+        lay = self.layouts[name]
+        if lay.form == "plain":
+            return name
+        shape = [int(d) for d in v.type.static_shape]
+
+        def convert() -> str:
+            assert isinstance(lay, DeviceLayout)
+            t = self.tiled(self.interleaved(name, source), source)
+            if len(shape) != 4 or lay.c == 1:
+                return self.emit("ttnn.reshape", [t], name + "/plain", PlainLayout(tuple(shape)), source,
+                                 shape=PlainLayout(tuple(shape)).device_shape)
+            nhwc = [lay.n, lay.h, lay.w, lay.c]
+            t = self.emit("ttnn.reshape", [t], name + "/nhwc", PlainLayout(tuple(nhwc)), source, shape=nhwc)
+            return self.emit("ttnn.permute", [t], name + "/plain", PlainLayout(tuple(shape)), source, dims=[0, 3, 1, 2])
+
+        return self._once(name, "plain", convert)
+
+    def to_nhwc(self, name: str, v: Value, source: str) -> str:
+        """``name`` in the conv form [1, 1, N*H*W, C]."""
+        lay = self.layouts[name]
+        if lay.form == "nhwc":
+            return name
+        shape = [int(d) for d in v.type.static_shape]
+        out = DeviceLayout.of(shape)
+
+        def convert() -> str:
+            t = self.tiled(self.interleaved(name, source), source)
+            if len(shape) == 4 and out.c != 1:
+                t = self.emit("ttnn.permute", [t], name + "/nhwc4", PlainLayout((out.n, out.h, out.w, out.c)), source,
+                              dims=[0, 2, 3, 1])
+            return self.emit("ttnn.reshape", [t], name + "/nhwc", out, source, shape=out.device_shape)
+
+        return self._once(name, "nhwc", convert)
+
+    def constant(self, v: Value, data: np.ndarray, device_shape: list[int], source: str,
+                 dtype: str = INPUT_DTYPE) -> str:
+        """A constant operand on the device: ``data`` (from IR constant ``v``) as ``device_shape``."""
+        key = f"{v.name}@{'x'.join(str(d) for d in device_shape)}"
+        for c in self.constants:
+            if c.name == key:
+                return key
+        self.weights[key] = np.ascontiguousarray(np.asarray(data, np.float32).reshape(device_shape))
+        self.constants.append(DeviceConstant(key, key, list(device_shape), dtype))
+        lay = PlainLayout(tuple(device_shape))
+        self.layouts[key], self.dtypes[key], self.in_dram[key], self.tiles[key] = lay, dtype, True, True
+        return key

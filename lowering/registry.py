@@ -1,0 +1,85 @@
+"""Which IR ops lower to ttnn, and how: the one table that decides what can run on the device.
+
+A lowering is registered with ``@lowers("onnx.Add", check=...)``: ``fn(em, node, ins)`` appends
+ttnn calls to the :class:`~spc.lowering.emitter.Emitter` and returns the device tensor(s) holding
+the node's outputs; ``check(node)`` returns why this node cannot be lowered (an attribute value,
+a non-constant operand ttnn cannot take), or None. ``ins`` is aligned with ``node.inputs``: the
+device tensor of each non-constant input, None for constants and absent inputs.
+
+:func:`device_support` is what partition-host-device asks: an op with no lowering, or whose check
+fails, runs on the host — never an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from spc.ir.graph import Node
+from spc.ir.types import DType
+from spc.lowering.emitter import Emitter
+
+LowerFn = Callable[[Emitter, Node, list[str | None]], "str | list[str]"]
+Check = Callable[[Node], "str | None"]
+
+
+@dataclass(frozen=True)
+class Lowering:
+    fn: LowerFn
+    check: Check | None = None
+    # takes integer tensors (computes them in float32, exact below 2^24): index arithmetic
+    integers: bool = False
+
+
+LOWERINGS: dict[str, Lowering] = {}
+
+
+def lowers(op_name: str, check: Check | None = None, integers: bool = False) -> Callable[[LowerFn], LowerFn]:
+    def wrap(fn: LowerFn) -> LowerFn:
+        if op_name in LOWERINGS:
+            raise ValueError(f"{op_name} lowered twice")
+        LOWERINGS[op_name] = Lowering(fn, check, integers)
+        return fn
+
+    return wrap
+
+
+def _load() -> None:
+    # the lowerings register themselves on import
+    from spc.lowering import fused, generic  # noqa: F401
+
+
+def lowering_for(op_name: str) -> Lowering | None:
+    _load()
+    return LOWERINGS.get(op_name)
+
+
+def _device_type(t, integers: bool) -> str | None:
+    if not t.is_static:
+        return f"its shape {t} is not static"
+    if t.numel == 0:
+        return "it is empty"
+    if t.dtype.is_float or t.dtype is DType.BOOL:
+        return None
+    if integers and t.dtype.is_int:
+        return None
+    return f"{t.dtype.value} tensors stay on the host (the device computes in floating point)"
+
+
+def device_support(n: Node) -> str | None:
+    """Why ``n`` cannot run on the device, or None when it can."""
+    if n.op.data_dependent:
+        return "its output shape depends on the data"
+    low = lowering_for(n.op.name)
+    if low is None:
+        return f"no ttnn lowering for {n.op.name}"
+    for o in n.outputs:
+        why = _device_type(o.type, low.integers)
+        if why:
+            return f"output %{o.name}: {why}"
+    for v in n.inputs:
+        if v is not None and not v.is_const:
+            why = _device_type(v.type, low.integers)
+            if why:
+                return f"input %{v.name}: {why}"
+    return low.check(n) if low.check else None

@@ -1,0 +1,62 @@
+"""What each graph output is, read from the graph, never from its name.
+
+* the outputs of a recognised keypoint extraction (spc.Keypoints) are its keypoints, scores,
+  descriptors and mask, with the layout the op records;
+* a dense output is a role when the op that computes it says so (through views): the score map
+  of spc.ScoreFold, the NMS map of spc.Nms, the descriptor map of spc.L2Norm, or the detector's
+  raw logits — a convolution with cell^2 + 1 output channels whose values feed nothing else;
+* anything else has no role and is reported by name and shape.
+
+The plan records them (Program.roles); ``spc run`` and ``spc check`` use them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from spc.ir.graph import Graph, Node, Value
+from spc.ir.ops.keypoints import HF_OUTPUTS, OutputSpec
+
+_VIEWS = ("onnx.Reshape", "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Identity", "onnx.Flatten")
+_DENSE = {"spc.ScoreFold": "score_map", "spc.Nms": "nms_map", "spc.L2Norm": "descriptor_map"}
+
+
+def _producer(v: Value) -> Node | None:
+    n = v.producer
+    while n is not None and n.op.name in _VIEWS and n.inputs[0] is not None:
+        n = n.inputs[0].producer
+    return n
+
+
+def _logit_cell(n: Node) -> int | None:
+    """c when ``n`` is a convolution with c*c + 1 output channels (SuperPoint's detector head)."""
+    if n.op.name not in ("spc.Conv2d", "onnx.Conv", "onnx.BatchNormalization") or not n.outputs[0].type.is_static:
+        return None
+    shape = n.outputs[0].type.static_shape
+    if len(shape) != 4:
+        return None
+    c = math.isqrt(int(shape[1]) - 1) if shape[1] > 1 else 0
+    return c if c >= 2 and c * c + 1 == shape[1] else None
+
+
+def output_roles(g: Graph) -> dict[str, dict[str, Any]]:
+    roles: dict[str, dict[str, Any]] = {}
+    for v in g.outputs:
+        n = v.producer
+        if n is None:
+            continue
+        if n.op.name in ("spc.Keypoints", "spc.KeypointsFromTopK"):
+            spec = OutputSpec.parse(list(n.attrs.get("outputs", HF_OUTPUTS))[n.outputs.index(v)])
+            roles[v.name] = {"role": spec.role, "spec": spec.spell()}
+            continue
+        p = _producer(v)
+        if p is None:
+            continue
+        if p.op.name in _DENSE:
+            roles[v.name] = {"role": _DENSE[p.op.name]}
+            if p.op.name == "spc.ScoreFold":
+                roles[v.name]["cell"] = int(p.attrs["cell"])
+        elif (cell := _logit_cell(p)) is not None:
+            roles[v.name] = {"role": "score_logits", "cell": cell}
+    return roles

@@ -1,0 +1,148 @@
+"""Every export of the corpus (tests/corpus, docs/corpus.md) compiles, runs on the emu backend
+close to onnxruntime, puts its multiply-adds on the device and runs on the mock p150.
+
+120x160 here, so that the suite stays short; the 480x640 figures are scripts/corpus_report.py's.
+At this size a map holds 300 pixels per keypoint cell row, so F1 over the top 500 reaches into
+scores near zero, where bf16 reorders ties: the bars are lower than at 480x640.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spc.compiler import compile_onnx
+from spc.lowering.plan import read_plan
+from spc.runtime.check import Comparison
+from spc.runtime.inputs import load_input
+from tests.corpus.exports import CORPUS, cached
+
+SIZE = (120, 160)
+ROOT = Path(__file__).resolve().parents[1]
+# what each export must be recognised as (the fused ops in its final graph)
+EXPECTED = {
+    "hf": {"spc.ScoreFold", "spc.Nms", "spc.L2Norm", "spc.Keypoints"},
+    "fixed_k": {"spc.ScoreFold", "spc.Nms", "spc.L2Norm", "spc.Keypoints"},
+    "dense": {"spc.L2Norm"},
+}
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path, object]]:
+    folder = tmp_path_factory.mktemp("corpus")
+    out = {}
+    for name, export in CORPUS.items():
+        src = cached(name, *SIZE)
+        plan = folder / f"{name}.ttplan"
+        shape = [1, export.channels, *SIZE] if export.dynamic_axes else None
+        result = compile_onnx(src, plan, input_shape=shape)
+        out[name] = (src, plan, result)
+    return out
+
+
+def _kind(name: str) -> str:
+    return "fixed_k" if name.startswith("fixed_k") else "hf" if name.startswith("hf") else "dense"
+
+
+@pytest.mark.parametrize("name", list(CORPUS))
+def test_export_compiles_and_matches_onnxruntime(name: str, plans, images: dict[str, Path]) -> None:
+    src, plan_path, result = plans[name]
+    ops = {n.op.name for n in result.graph.nodes}
+    assert EXPECTED[_kind(name)] <= ops, result.recognised
+    device, host = result.macs
+    assert device / (device + host) >= 0.99
+    plan = read_plan(plan_path)
+    shape = [int(d) for d in plan.program.inputs[0].shape]
+    report = Comparison(src, {r: t.name for r, t in plan.program.probes.items()},
+                        [load_input(images["astronaut"], shape)]).reports(plan)[0]
+    assert report.f1 >= 0.93 and report.keypoints_from, report
+    assert report.score_pcc >= 0.997 and report.descriptor_pcc >= 0.99, report
+    if _kind(name) != "dense":  # the keypoint outputs carry their roles, whatever they are called
+        assert {r["role"] for r in plan.program.roles.values()} >= {"keypoints", "scores", "descriptors"}
+
+
+def test_the_raw_heads_are_compared_through_the_standard_extraction(plans, images: dict[str, Path]) -> None:
+    src, plan_path, _ = plans["magicleap_legacy_op11"]
+    plan = read_plan(plan_path)
+    assert {r["role"] for r in plan.program.roles.values()} == {"score_logits", "descriptor_map"}
+    report = Comparison(src, {}, [load_input(images["camera"], [1, 1, *SIZE])]).reports(plan)[0]
+    assert report.keypoints_from == "standard extraction of the logits" and not math.isnan(report.f1)
+
+
+def test_fixed_k_keypoints_read_back_compactly(plans) -> None:
+    """The fixed-K extractor is recognised in its own layout ((x, y) int64 pixels without batch;
+    (y, x) / (H, W) with (D, N) descriptors) and its top-K is computed on the device."""
+    specs = {}
+    for name in ("fixed_k_op20", "fixed_k_op18_variant"):
+        plan = read_plan(plans[name][1])
+        assert [h.op for h in plan.program.host_post] == ["spc.KeypointsFromTopK"]
+        specs[name] = sorted(r["spec"] for r in plan.program.roles.values())
+    assert specs["fixed_k_op20"] == ["descriptors nd flat", "keypoints xy pixel i64 flat", "scores flat"]
+    assert specs["fixed_k_op18_variant"] == ["descriptors dn batch", "keypoints yx norm f32 batch", "scores batch"]
+
+
+def test_the_legacy_spelling_compiles_to_the_dynamo_export_s_device_program(plans) -> None:
+    """torch.onnx's legacy (TorchScript) exporter: Constant nodes, Shape/Gather/Concat chains,
+    ConstantOfShape, Range, ScatterND, Split, Flatten, Gather for squeezes."""
+    import onnx
+
+    src, plan_path, result = plans["hf_legacy"]
+    assert {"Constant", "ConstantOfShape", "Range", "ScatterND", "Split", "Flatten"} <= \
+        {n.op_type for n in onnx.load(str(src)).graph.node}
+    legacy = sorted(n.op.name for n in result.graph.nodes if n.placement.value == "device")
+    dynamo = sorted(n.op.name for n in plans["hf_dynamo_named"][2].graph.nodes if n.placement.value == "device")
+    assert legacy == dynamo and len(legacy) == 18 and "iterations = 2" in str(result.graph)
+    # the fused ops kept the legacy exporter's value names, so onnxruntime can be asked for them
+    assert len(read_plan(plan_path).program.probes) == 3
+
+
+def test_superpoint_open_runs_its_batch_norms_on_the_device(plans) -> None:
+    _, _, result = plans["superpoint_open_op17"]
+    bn = [n for n in result.graph.nodes if n.op.name == "onnx.BatchNormalization"]
+    assert len(bn) == 10 and all(n.placement.value == "device" for n in bn)
+
+
+def test_every_corpus_plan_runs_on_the_mock_p150(plans, ttnn_python: str) -> None:
+    paths = [str(p) for _, p, _ in plans.values()]
+    done = subprocess.run([ttnn_python, "-m", "spc.runtime.ttnn_mock.check_plans", *paths], capture_output=True,
+                          text=True, check=False, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert done.stdout.count("ok ") == len(paths)
+
+
+def test_outputs_are_never_looked_up_by_name(plans, images: dict[str, Path], tmp_path: Path) -> None:
+    """The unnamed HF export (outputs div_3, select_scatter_...) runs and reports its keypoints."""
+    from spc.cli import main
+
+    _, plan, _ = plans["hf_dynamo_unnamed"]
+    x = load_input(images["camera"], [1, 1, *SIZE])
+    np.save(tmp_path / "x.npy", x)
+    with pytest.raises(SystemExit) as done:
+        main(["run", str(plan), str(tmp_path / "x.npy"), "-o", str(tmp_path / "out.npz")], standalone_mode=True)
+    assert done.value.code in (0, None)
+    got = np.load(tmp_path / "out.npz")
+    assert "mask" not in got.files and len(got.files) == 4
+
+
+def test_emitted_program_with_device_constants_runs_on_the_mock_p150(plans, ttnn_python: str,
+                                                                    tmp_path: Path) -> None:
+    """SuperPoint-Open's batch norms read per-channel constants: the emitted program puts them on
+    the device before its first call."""
+    from tests.test_cli import spc
+
+    _, plan_path, _ = plans["superpoint_open_op17"]
+    program = tmp_path / "program.py"
+    code, _, err = spc("emit-py", plan_path, "-o", program)
+    assert code == 0, err
+    assert program.read_text().count("device_constant(device, weights[") == 20
+    plan = read_plan(plan_path)
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros(plan.program.device_inputs[0].device_shape, np.float32))
+    done = subprocess.run([ttnn_python, str(program), str(plan_path), str(x), str(tmp_path / "out.npz"), "--mock"],
+                          capture_output=True, text=True, check=False, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(np.load(tmp_path / "out.npz")) == sorted(t.name for t in plan.program.device_outputs)
