@@ -165,7 +165,7 @@ def _ttnn_interpreter() -> None:
 
     if importlib.util.find_spec("ttnn") is not None:
         return
-    python = os.environ.get("SPC_TTNN_PYTHON") or str(Path(__file__).resolve().parent / ".venv-ttnn" / "bin" / "python")
+    python = os.environ.get("SPC_TTNN_PYTHON") or str(Path(__file__).resolve().parents[1] / ".venv-ttnn" / "bin" / "python")
     if not Path(python).exists():
         raise SpcError("the ttnn backends need ttnn 0.81.1 (Python 3.10/3.12): run `make mock-env`, or set "
                        "SPC_TTNN_PYTHON to a Python that has it")
