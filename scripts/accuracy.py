@@ -25,8 +25,8 @@ def main() -> int:
     from evalset import evaluation_images, exported
 
     from spc.compiler import compile_onnx
-    from spc.lowering.plan import read_plan
-    from spc.runtime.check_files import check_files
+    from spc.plan.io import read_plan
+    from spc.tools.check import check_files
 
     files = evaluation_images(args.work)
     variants = [False, True] if args.single_pass else [False]

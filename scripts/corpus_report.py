@@ -37,8 +37,8 @@ def main() -> int:
     from evalset import IMAGES, evaluation_images
 
     from spc.compiler import compile_onnx
-    from spc.lowering.plan import read_plan
-    from spc.runtime.check_files import check_files
+    from spc.plan.io import read_plan
+    from spc.tools.check import check_files
     from tests.corpus.exports import CORPUS, build
 
     h, w = (int(v) for v in args.size.split("x"))

@@ -28,11 +28,11 @@ def measure(plan_path: Path) -> list[dict[str, Any]]:
     import ttnn
 
     from spc.errors import SpcError
-    from spc.lowering.plan import read_plan
-    from spc.lowering.program import TtOp
     from spc.memory.residency import walk
+    from spc.plan.io import read_plan
+    from spc.plan.program import TtOp
     from spc.runtime.ttnn_backend import TtnnProgram
-    from spc.targets import get_target
+    from spc.ttnn.targets import get_target
 
     plan = read_plan(plan_path)
     target = get_target(plan.manifest.get("target", "p150"))

@@ -21,8 +21,8 @@ HAND_PORT_D2H_MB = 1.8
 
 
 def floor_ms(program, target) -> float:
-    from spc.lowering.program import numel
     from spc.memory.cost import PHASES
+    from spc.plan.program import numel
 
     seconds = 0.0
     for op in program.device_ops:
@@ -43,9 +43,9 @@ def main() -> int:
 
     from spc.compiler import compile_onnx
     from spc.frontend.export import export_onnx
-    from spc.lowering.plan import read_plan
-    from spc.lowering.report import plan_report
-    from spc.targets import get_target
+    from spc.plan.io import read_plan
+    from spc.tools.inspect import plan_report
+    from spc.ttnn.targets import get_target
 
     args.work.mkdir(parents=True, exist_ok=True)
     print(f"{'size':>10} {'chip':>5} {'L1/DRAM blocks':>15} {'fullest core':>13} {'pred. ms':>9} {'floor ms':>9} "

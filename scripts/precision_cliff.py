@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from spc.ir.precision import PrecisionPlan
+from spc.ttnn.precision import PrecisionPlan
 
 CONFIGS: list[tuple[str, PrecisionPlan]] = [
     ("LoFi + bfp8 weights everywhere (`fast`)", PrecisionPlan("fast")),
@@ -45,8 +45,8 @@ def main() -> int:
     from evalset import evaluation_images, exported
 
     from spc.compiler import compile_onnx
-    from spc.lowering.plan import read_plan
-    from spc.runtime.check_files import check_files
+    from spc.plan.io import read_plan
+    from spc.tools.check import check_files
 
     h, w = (int(v) for v in args.size.split("x"))
     src = exported(args.work, h, w)

@@ -103,9 +103,9 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
              input_shape: str | None, list_passes: bool) -> None:
     """Compile an ONNX model into a .ttplan."""
     from spc.compiler import AutoPrecision, compile_onnx
-    from spc.ir.precision import PrecisionPlan, load_precision_config
-    from spc.memory.config import MemoryOverrides
     from spc.passes.pipeline import default_pipeline
+    from spc.ttnn.memory import MemoryOverrides
+    from spc.ttnn.precision import PrecisionPlan, load_precision_config
     from spc.tuning.thresholds import Thresholds
 
     if list_passes:
@@ -165,7 +165,8 @@ def _ttnn_interpreter() -> None:
 
     if importlib.util.find_spec("ttnn") is not None:
         return
-    python = os.environ.get("SPC_TTNN_PYTHON") or str(Path(__file__).resolve().parents[1] / ".venv-ttnn" / "bin" / "python")
+    checkout = Path(__file__).resolve().parents[1]  # a source checkout keeps its ttnn environment there
+    python = os.environ.get("SPC_TTNN_PYTHON") or str(checkout / ".venv-ttnn" / "bin" / "python")
     if not Path(python).exists():
         raise SpcError("the ttnn backends need ttnn 0.81.1 (Python 3.10/3.12): run `make mock-env`, or set "
                        "SPC_TTNN_PYTHON to a Python that has it")
@@ -173,7 +174,7 @@ def _ttnn_interpreter() -> None:
 
 
 def _inputs(paths: tuple[Path, ...]) -> list[Path]:
-    from spc.runtime.inputs import expand_paths
+    from spc.tools.inputs import expand_paths
 
     if not paths:
         raise SpcError("no input given")
@@ -196,8 +197,8 @@ def run(plan: Path, inputs: tuple[Path, ...], output: Path | None, dense: bool, 
     """Run a plan on images or .npy inputs; write the model's outputs as .npz."""
     if backend.startswith("ttnn"):
         _ttnn_interpreter()
-    from spc.lowering.plan import read_plan
-    from spc.runtime.run_files import run_files
+    from spc.plan.io import read_plan
+    from spc.tools.run import run_files
 
     files = _inputs(inputs)
     run_files(read_plan(plan), files, output, viz, dense, backend, trace=not no_trace)
@@ -215,8 +216,8 @@ def bench(plan: Path, inputs: tuple[Path, ...], backend: str, frames: int, no_tr
     post; forward-only and end-to-end fps, beside the hand-written port's."""
     if backend.startswith("ttnn"):
         _ttnn_interpreter()
-    from spc.lowering.plan import read_plan
-    from spc.runtime.bench import bench_plan, print_bench
+    from spc.plan.io import read_plan
+    from spc.tools.bench import bench_plan, print_bench
 
     print_bench(bench_plan(read_plan(plan), _inputs(inputs), backend, frames, trace=not no_trace))
 
@@ -233,8 +234,8 @@ def bench(plan: Path, inputs: tuple[Path, ...], backend: str, frames: int, no_tr
 def check(plan: Path, inputs: tuple[Path, ...], onnx_path: Path | None, as_json: bool, min_f1: float | None,
           min_pcc: float | None, backend: str) -> None:
     """Compare a plan with onnxruntime on the source ONNX."""
-    from spc.lowering.plan import read_plan
-    from spc.runtime.check_files import check_files, print_reports
+    from spc.plan.io import read_plan
+    from spc.tools.check import check_files, print_reports
 
     files = _inputs(inputs)
     loaded = read_plan(plan)
@@ -258,8 +259,8 @@ def check(plan: Path, inputs: tuple[Path, ...], onnx_path: Path | None, as_json:
 @_one_line_errors
 def inspect(plan: Path, as_json: bool) -> None:
     """Show a plan's device program call by call, and its per-frame totals."""
-    from spc.lowering.plan import read_plan
-    from spc.lowering.report import plan_report, print_report
+    from spc.plan.io import read_plan
+    from spc.tools.inspect import plan_report, print_report
 
     report = plan_report(read_plan(plan))
     if as_json:
@@ -275,8 +276,8 @@ def inspect(plan: Path, as_json: bool) -> None:
 def emit_py(plan: Path, output: Path) -> None:
     """Write the plan's device stage as a standalone Python program calling ttnn."""
     from spc.files import atomic_write
-    from spc.lowering.emit_py import emit_py as emit
-    from spc.lowering.plan import read_plan
+    from spc.plan.io import read_plan
+    from spc.tools.emit_py import emit_py as emit
 
     atomic_write(output, emit(read_plan(plan)).encode())
     click.echo(f"wrote {output}")
@@ -291,7 +292,7 @@ def emit_py(plan: Path, output: Path) -> None:
 @_one_line_errors
 def bisect(safe: Path, fast: Path, inputs: tuple[Path, ...], onnx_path: Path | None, as_json: bool) -> None:
     """Find the smallest set of per-block precision differences that makes FAST lose accuracy."""
-    from spc.lowering.plan import read_plan
+    from spc.plan.io import read_plan
     from spc.tuning.bisect import bisect as run_bisect
 
     files = _inputs(inputs)

@@ -11,20 +11,20 @@ from spc.errors import SpcError
 from spc.frontend.onnx_import import import_onnx
 from spc.ir.graph import Graph, Placement
 from spc.ir.macs import macs
-from spc.ir.precision import PrecisionPlan
 from spc.ir.printer import print_graph
-from spc.lowering.cost import predicted_ms
 from spc.lowering.lower import find_probes, lower
-from spc.lowering.plan import write_plan
-from spc.lowering.program import Program
 from spc.lowering.roles import output_roles
-from spc.memory.config import MemoryOverrides
+from spc.memory.predict import predicted_ms
 from spc.memory.residency import walk
 from spc.passes.choose_memory_config import ChooseMemoryConfig
 from spc.passes.choose_precision import ChoosePrecision
 from spc.passes.manager import DumpDir, Instrument, PassContext, PassManager, PassRecord, PrintAfterAll
 from spc.passes.pipeline import default_pipeline
-from spc.targets import Target, get_target
+from spc.plan.io import write_plan
+from spc.plan.program import Program
+from spc.ttnn.memory import MemoryOverrides
+from spc.ttnn.precision import PrecisionPlan
+from spc.ttnn.targets import Target, get_target
 from spc.tuning.thresholds import Thresholds
 
 

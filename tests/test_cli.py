@@ -18,8 +18,8 @@ from onnx import TensorProto, helper
 
 from spc.cli import main
 from spc.ir.parser import parse_graph
-from spc.lowering.plan import read_plan
 from spc.passes.pipeline import PASS_NAMES
+from spc.plan.io import read_plan
 
 
 def spc(*args: object) -> tuple[int, str, str]:
@@ -52,7 +52,7 @@ def test_run_is_a_drop_in_for_onnxruntime(small_plan: Path, small_onnx: Path, tm
                                           images: dict[str, Path]) -> None:
     import onnxruntime as ort
 
-    from spc.runtime.inputs import load_input
+    from spc.tools.inputs import load_input
 
     out = tmp_path / "kp.npz"
     code, _, err = spc("run", small_plan, images["astronaut"], "-o", out, "--dense", "--viz", tmp_path / "kp.png")

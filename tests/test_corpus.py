@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from spc.compiler import compile_onnx
-from spc.lowering.plan import read_plan
-from spc.runtime.check import Comparison
-from spc.runtime.inputs import load_input
+from spc.plan.io import read_plan
+from spc.tools.inputs import load_input
+from spc.tuning.comparison import Comparison
 from tests.corpus.exports import CORPUS, cached
 
 SIZE = (120, 160)

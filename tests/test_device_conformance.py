@@ -141,7 +141,7 @@ def test_ttnn_accepts_every_lowered_case(ttnn_python: str, tmp_path: Path) -> No
     import os
     import subprocess
 
-    from spc.lowering.plan import write_plan
+    from spc.plan.io import write_plan
 
     chosen = CASES if os.environ.get("SPC_ALL_DEVICE_CASES") else one_per_op(CASES)
     paths = []

@@ -13,7 +13,7 @@ from spc.compiler import compile_onnx
 from spc.errors import SpcError
 from spc.frontend.onnx_import import import_onnx
 from spc.frontend.weights import convert_superpoint_open, load_state_file, to_hf_layout
-from spc.lowering.plan import read_plan
+from spc.plan.io import read_plan
 from spc.runtime.runner import Runner
 
 RNG = np.random.default_rng(11)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from spc.lowering.plan import read_plan
-from spc.targets import TARGETS
+from spc.plan.io import read_plan
+from spc.ttnn.targets import TARGETS
 from tests.test_cli import spc
 
 

@@ -7,9 +7,9 @@ import pytest
 
 from spc.ir.evaluate import evaluate_graph
 from spc.lowering.lower import LOWERINGS, find_probes, lower
-from spc.lowering.plan import Plan
 from spc.passes.manager import PassContext
 from spc.passes.partition_host_device import PartitionHostDevice
+from spc.plan.io import Plan
 from spc.runtime.emu_ops import EMULATIONS
 from spc.runtime.runner import Runner
 from tests.conftest import ir

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from spc.compiler import compile_onnx
-from spc.memory.config import MemoryOverrides
+from spc.ttnn.memory import MemoryOverrides
 from tests.test_ttnn_mock import ROOT
 
 SIZED = ("conv2d", "max_pool2d")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from spc.ir.precision import PrecisionPlan
+from spc.ttnn.precision import PrecisionPlan
 from spc.tuning.precision_search import Score, search_plans
 from spc.tuning.thresholds import Thresholds
 

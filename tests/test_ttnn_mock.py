@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spc.lowering.plan import read_plan, write_plan
+from spc.plan.io import read_plan, write_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ def test_plan_runs_on_the_mock_p150(ttnn_python: str, small_plan: Path, images: 
 def test_every_preset_at_real_sizes(ttnn_python: str, exports, size: tuple[int, int], preset: str,
                                     images: dict[str, Path], tmp_path: Path) -> None:
     from spc.compiler import compile_onnx
-    from spc.ir.precision import PrecisionPlan
+    from spc.ttnn.precision import PrecisionPlan
 
     plan = tmp_path / f"{preset}.ttplan"
     compile_onnx(exports(*size), plan, precision=PrecisionPlan(preset))
@@ -82,7 +82,7 @@ def test_calls_are_spelled_as_ttnn_spells_them(ttnn_python: str, small_onnx: Pat
     """Every keyword of every call, and every config field, against ttnn's nanobind signatures;
     a plan with a ttnn.typecast (an output-format override) is checked and run as well."""
     from spc.compiler import compile_onnx
-    from spc.ir.precision import PrecisionPlan
+    from spc.ttnn.precision import PrecisionPlan
 
     cast = tmp_path / "cast.ttplan"
     compile_onnx(small_onnx, cast, precision=PrecisionPlan("accurate").with_rule("l2norm", output_dtype="float32"))

@@ -124,7 +124,7 @@ def _blend(torch: Any, ttnn: Any) -> list[dict[str, Any]]:
     natural image's 8x8 patches, L2-normalised as the descriptor map is; weights as a bilinear
     sample gives them. bfloat16 stored natively here (the simulator otherwise keeps float32)."""
     from spc.kernels import KERNELS, keypoints_ttl
-    from spc.runtime.numerics import round_bf16  # bit arithmetic: unaffected by the rebinding
+    from spc.ttnn.numerics import round_bf16  # bit arithmetic: unaffected by the rebinding
 
     ttnn.set_disable_float32_promotion(True)
     out = []

@@ -1,11 +1,11 @@
 """The emitter: appends ttnn calls to a program and knows where each device tensor is.
 
-For every device tensor it keeps the layout (:mod:`spc.lowering.layout`: the conv form
+For every device tensor it keeps the layout (:mod:`spc.ttnn.layout`: the conv form
 ``[1, 1, N*H*W, C]`` or the IR shape itself), the storage format, whether it is in tiles or row
 major, and whether it lives in DRAM or L1. Lowerings ask it for a tensor in the form they need
 (:meth:`Emitter.to_plain`, :meth:`Emitter.to_nhwc`, :meth:`Emitter.tiled`), and it emits the
 conversion once per tensor. Constants an op reads (a per-channel scale, a broadcast operand) go
-on the device once, as :class:`~spc.lowering.program.DeviceConstant`.
+on the device once, as :class:`~spc.plan.program.DeviceConstant`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from spc.ir.graph import Value
-from spc.lowering.layout import DeviceLayout, Layout, PlainLayout
-from spc.lowering.program import DeviceConstant, TtOp
+from spc.plan.program import DeviceConstant, TtOp
+from spc.ttnn.layout import DeviceLayout, Layout, PlainLayout
 
 INPUT_DTYPE = "bfloat16"
 

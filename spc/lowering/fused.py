@@ -6,11 +6,11 @@ L2 norm) and of max pooling: the calls that keep their values in ttnn's conv lay
 from __future__ import annotations
 
 from spc.ir.graph import Node, Value
-from spc.ir.precision import BlockPrecision
 from spc.lowering.emitter import Emitter
-from spc.lowering.layout import DeviceLayout, PlainLayout
 from spc.lowering.registry import lowers
-from spc.memory.config import parse as parse_memory
+from spc.ttnn.layout import DeviceLayout, PlainLayout
+from spc.ttnn.memory import parse as parse_memory
+from spc.ttnn.precision import BlockPrecision
 
 # Fixed for every conv; the per-block part (path, slicing, act_block_h) comes from the
 # choose-memory-config pass (memory/config.py).

@@ -25,8 +25,8 @@ from spc.ir.graph import Node, Value
 from spc.ir.ops.infer import axes_from, norm_axis
 from spc.lowering.emitter import Emitter
 from spc.lowering.fused import pool2d_check
-from spc.lowering.layout import DeviceLayout, Layout, PlainLayout
 from spc.lowering.registry import lowers
+from spc.ttnn.layout import DeviceLayout, Layout, PlainLayout
 
 Ins = list[str | None]
 

@@ -14,9 +14,9 @@ from spc.errors import SpcError
 from spc.ir.graph import Graph, Placement, Value
 from spc.lowering import readback
 from spc.lowering.emitter import INPUT_DTYPE, Emitter
-from spc.lowering.layout import DeviceLayout
-from spc.lowering.program import DeviceTensor, HostNode, Program, TensorSpec
 from spc.lowering.registry import LOWERINGS, device_support, lowering_for
+from spc.plan.program import DeviceTensor, HostNode, Program, TensorSpec
+from spc.ttnn.layout import DeviceLayout
 
 __all__ = ["LOWERINGS", "Emitter", "find_probes", "lower"]
 

@@ -31,8 +31,8 @@ from spc.ir.graph import Node
 from spc.ir.ops.keypoints import KEYPOINT_ATTRS
 from spc.kernels import KERNELS
 from spc.kernels.keypoints import CORNERS
-from spc.lowering.layout import DeviceLayout
-from spc.lowering.program import DeviceTensor, HostNode
+from spc.plan.program import DeviceTensor, HostNode
+from spc.ttnn.layout import DeviceLayout
 
 if TYPE_CHECKING:
     from spc.lowering.emitter import Emitter

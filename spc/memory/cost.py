@@ -15,9 +15,9 @@ estimate (docs/memory.md says how far to trust it).
 
 from __future__ import annotations
 
-from spc.memory.config import MemoryConfig
 from spc.memory.l1 import ConvSpec, L1Use, Window, act_block_tiles, round_up, slice_windows
-from spc.targets import Target
+from spc.ttnn.memory import MemoryConfig
+from spc.ttnn.targets import Target
 
 PHASES = {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
 PROGRAM_S = 4e-6  # one ttnn program under trace: dispatch and launch (assumed)

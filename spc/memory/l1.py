@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from spc.memory.config import MemoryConfig
+from spc.ttnn.memory import MemoryConfig
 
 TILE_BYTES = {"float32": 4096, "bfloat16": 2048, "bfloat8_b": 1088, "bfloat4_b": 576, "uint32": 4096, "uint16": 2048}
 L1_ALIGN = 16

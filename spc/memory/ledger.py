@@ -8,7 +8,7 @@ buffers"). Freed tensors leave holes, so the lowest address, not the sum, is wha
 
 from __future__ import annotations
 
-from spc.targets import Target
+from spc.ttnn.targets import Target
 
 ALIGN = 16
 

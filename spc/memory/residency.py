@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spc.lowering.program import Program, TtOp, numel
-from spc.memory.config import MemoryConfig
 from spc.memory.l1 import ConvSpec, L1Use, PoolSpec, Window, conv_l1, pool_l1, tensor_per_core
 from spc.memory.ledger import Ledger
-from spc.targets import Target
+from spc.plan.program import Program, TtOp, numel
+from spc.ttnn.memory import MemoryConfig
+from spc.ttnn.targets import Target
 
 
 @dataclass(frozen=True)

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 
 from spc.errors import SpcError
 from spc.ir.graph import Graph, Node, Placement, Value
-from spc.memory.config import MemoryConfig, MemoryOverrides
 from spc.memory.cost import conv_seconds, pool_seconds
 from spc.memory.l1 import ConvSpec, L1Use, PoolSpec, Window, conv_l1, pool_l1, tensor_per_core
 from spc.memory.ledger import Ledger
 from spc.memory.residency import DRAM_RM, Placed, Resident, place, try_place
 from spc.passes.manager import Pass, PassContext, PassResult
-from spc.targets import Target, get_target
+from spc.ttnn.memory import MemoryConfig, MemoryOverrides
+from spc.ttnn.targets import Target, get_target
 
 ACT_BLOCKS = (0, 16, 8, 4, 2, 1)  # tiles; 0 = ttnn's default
 MAX_SLICES = 64

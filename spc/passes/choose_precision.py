@@ -9,16 +9,16 @@ After (``--precision balanced``)::
     %relu: f32[1,64,480,640] = spc.Conv2d(%x, %w, %b) {activation = "relu", block = "encoder.conv_blocks.0.conv_a",
         fp32_dest_acc_en = true, math_fidelity = "HiFi2", output_dtype = "bfloat16", weights_dtype = "bfloat16", ...}
 
-Convolutions get the whole :class:`~spc.ir.precision.BlockPrecision`; other device ops store
+Convolutions get the whole :class:`~spc.ttnn.precision.BlockPrecision`; other device ops store
 their outputs in their block's ``output_dtype``. The plan comes from ``ctx.options["precision"]``
-(a :class:`~spc.ir.precision.PrecisionPlan`: a preset plus per-block overrides).
+(a :class:`~spc.ttnn.precision.PrecisionPlan`: a preset plus per-block overrides).
 """
 
 from __future__ import annotations
 
 from spc.ir.graph import Graph, Node, Placement
-from spc.ir.precision import PrecisionPlan
 from spc.passes.manager import Pass, PassContext, PassResult
+from spc.ttnn.precision import PrecisionPlan
 
 
 def block_name(n: Node) -> str:

@@ -7,7 +7,7 @@ from typing import Protocol
 import numpy as np
 
 from spc.errors import SpcError
-from spc.lowering.program import Program
+from spc.plan.program import Program
 
 
 class PreparedProgram(Protocol):

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from spc.errors import SpcError
-from spc.lowering.program import Program, TtOp
+from spc.plan.program import Program, TtOp
 from spc.runtime.emu_ops import EMULATIONS, STORED_BY_EMULATION, prepare_weight
-from spc.runtime.numerics import round_storage
+from spc.ttnn.numerics import round_storage
 
 
 @dataclass

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from spc.runtime.numerics import conv2d_device, conv_weight_storage, round_storage
+from spc.ttnn.numerics import conv2d_device, conv_weight_storage, round_storage
 
 Emulation = Callable[[list[torch.Tensor], dict[str, torch.Tensor], dict[str, Any]], torch.Tensor]
 EMULATIONS: dict[str, Emulation] = {}

@@ -6,7 +6,7 @@ import numpy as np
 
 from spc.errors import SpcError
 from spc.ir import ops
-from spc.lowering.program import HostNode
+from spc.plan.program import HostNode
 
 
 def run_host(nodes: list[HostNode], env: dict[str, np.ndarray], consts: dict[str, np.ndarray]) -> None:

@@ -10,8 +10,8 @@ import numpy as np
 from spc.errors import SpcError
 from spc.ir.ops.keypoints import KeypointOverflow
 from spc.ir.types import DType
-from spc.lowering.plan import Plan
-from spc.lowering.program import DeviceTensor
+from spc.plan.io import Plan
+from spc.plan.program import DeviceTensor
 from spc.runtime.backend import get_backend
 from spc.runtime.host import run_host
 

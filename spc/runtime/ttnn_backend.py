@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from spc.errors import SpcError
-from spc.lowering.program import Program, TtOp
-from spc.lowering.ttnn_calls import ARCH, DEVICE, Attr, Call, Ref, Weight, describe
-from spc.targets import L1_SMALL_BYTES
+from spc.plan.program import Program, TtOp
+from spc.ttnn.calls import ARCH, DEVICE, Attr, Call, Ref, Weight, describe
+from spc.ttnn.targets import L1_SMALL_BYTES
 
 TRACE_REGION_BYTES = 64 << 20  # DRAM for the captured commands; the program has about 130 calls
 

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spc.lowering.program import Program, TtOp
-from spc.lowering.ttnn_calls import Call, describe
+from spc.plan.program import Program, TtOp
+from spc.ttnn.calls import Call, describe
 
 _PARAM = re.compile(r"[(,]\s*(\w+)\s*:")
 
@@ -92,7 +92,7 @@ def check(program: Program) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    from spc.lowering.plan import read_plan
+    from spc.plan.io import read_plan
     from spc.runtime.ttnn_mock.harness import prepare
 
     os.environ.update(prepare())  # importing ttnn needs its runtime root even without a device

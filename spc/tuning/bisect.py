@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spc.errors import SpcError
-from spc.lowering.plan import Plan
-from spc.runtime.check import Comparison, find_source
-from spc.runtime.inputs import load_input
+from spc.plan.io import Plan
+from spc.tools.inputs import load_input
+from spc.tuning.comparison import Comparison, find_source
 from spc.tuning.precision_search import Score
 from spc.tuning.thresholds import Thresholds
 

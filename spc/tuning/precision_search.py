@@ -32,9 +32,9 @@ import numpy as np
 
 from spc.errors import SpcError
 from spc.ir.graph import Graph
-from spc.ir.precision import PrecisionPlan
 from spc.passes.choose_precision import ChoosePrecision
 from spc.passes.manager import PassContext
+from spc.ttnn.precision import PrecisionPlan
 from spc.tuning.thresholds import Thresholds
 
 CALIBRATION_DIR = Path(__file__).parent / "calibration"
@@ -101,16 +101,16 @@ class Evaluator:
 
     def __init__(self, g: Graph, src: Path, inputs: list[np.ndarray]) -> None:
         from spc.lowering.lower import find_probes
-        from spc.runtime.check import Comparison
+        from spc.tuning.comparison import Comparison
 
         self.g = g
         self.probes = find_probes(g)
         self.comparison = Comparison(src, self.probes, inputs)
 
     def __call__(self, plan: PrecisionPlan) -> Score:
-        from spc.lowering.cost import predicted_ms
         from spc.lowering.lower import lower
-        from spc.lowering.plan import Plan
+        from spc.memory.predict import predicted_ms
+        from spc.plan.io import Plan
 
         ChoosePrecision().run(self.g, PassContext(options={"precision": plan}))
         program, tensors = lower(self.g, self.probes)
@@ -119,7 +119,7 @@ class Evaluator:
 
 
 def calibration_inputs(folder: Path | None, shape: list[int]) -> list[np.ndarray]:
-    from spc.runtime.inputs import expand_paths, load_input
+    from spc.tools.inputs import expand_paths, load_input
 
     files = expand_paths([folder or CALIBRATION_DIR])
     if not files:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from spc.compiler import compile_onnx
-from spc.lowering.plan import read_plan
+from spc.plan.io import read_plan
 from spc.runtime.runner import Runner
 from tests.test_ttnn_mock import ROOT
 
@@ -46,8 +46,8 @@ def plans(small_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
 
 
 def test_kernels_give_the_same_outputs_with_fewer_calls(plans: dict[str, Path], images: dict[str, Path]) -> None:
-    from spc.lowering.report import plan_report
-    from spc.runtime.inputs import load_input
+    from spc.tools.inputs import load_input
+    from spc.tools.inspect import plan_report
 
     x = load_input(images["astronaut"], [1, 3, 120, 160])
     # NMS: 8 element-wise calls fewer (2 rounds), 1 (single pass); keypoint read-back: 28 + 20
@@ -83,7 +83,7 @@ def test_keypoint_corners_reference_is_its_composed_calls() -> None:
     import torch
 
     from spc.kernels import KERNELS
-    from spc.lowering.program import TtOp
+    from spc.plan.program import TtOp
     from spc.runtime.emu_ops import EMULATIONS
 
     q = {"inner": 632, "border": 4, "wc": 80, "hc": 60, "half_cell": 3.5, "sx": 79 / 635.5, "sy": 59 / 475.5}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from spc.memory.config import MemoryConfig
 from spc.memory.l1 import ConvSpec, PoolSpec, Window, conv_l1, nhw_cores, pool_l1, slice_windows
+from spc.ttnn.memory import MemoryConfig
 
 P150_CORES = 110
 

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from spc.errors import SpcError
-from spc.ir.precision import PrecisionPlan
 from spc.lowering.lower import lower
-from spc.memory.config import MemoryOverrides, parse
 from spc.passes.choose_memory_config import ChooseMemoryConfig
 from spc.passes.choose_precision import ChoosePrecision
 from spc.passes.manager import PassContext
 from spc.passes.partition_host_device import PartitionHostDevice
-from spc.targets import TARGETS
+from spc.ttnn.memory import MemoryOverrides, parse
+from spc.ttnn.precision import PrecisionPlan
+from spc.ttnn.targets import TARGETS
 from tests.conftest import ir
 
 CONV = ('{{activation = "relu", dilations = [1, 1], group = 1, kernel_shape = [3, 3], pads = [1, 1, 1, 1], '

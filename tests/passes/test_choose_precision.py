@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from spc.errors import SpcError
-from spc.ir.precision import PrecisionPlan, load_precision_config
 from spc.lowering.lower import lower
 from spc.passes.choose_precision import ChoosePrecision
 from spc.passes.manager import PassContext
 from spc.passes.partition_host_device import PartitionHostDevice
+from spc.ttnn.precision import PrecisionPlan, load_precision_config
 from tests.conftest import ir
 
 NET = """graph @t(%x: f32[1,2,8,8]) {

@@ -11,9 +11,9 @@ import pytest
 from spc.compiler import compile_onnx
 from spc.frontend.onnx_import import import_onnx
 from spc.ir.graph import Placement
-from spc.lowering.plan import read_plan
 from spc.passes.manager import PassContext, PassManager
 from spc.passes.pipeline import default_pipeline
+from spc.plan.io import read_plan
 from spc.runtime.runner import Runner
 from tests.conftest import ir
 
@@ -73,7 +73,7 @@ def plans(small_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
 
 
 def image(images: dict[str, Path], name: str) -> np.ndarray:
-    from spc.runtime.inputs import load_input
+    from spc.tools.inputs import load_input
 
     return load_input(images[name], [1, 3, 120, 160])
 
@@ -106,7 +106,7 @@ def test_a_frame_with_more_keypoints_than_slots_is_read_densely(plans: dict[str,
 
 def test_top_n_exports_read_back_n(tmp_path: Path, images: dict[str, Path]) -> None:
     from spc.frontend.export import export_onnx
-    from spc.runtime.check import OrtReference
+    from spc.tuning.comparison import OrtReference
 
     onnx = export_onnx(tmp_path / "top50.onnx", 120, 160, max_keypoints=50)
     g, _ = fused(onnx)
@@ -129,7 +129,7 @@ def test_a_limit_above_the_count_keeps_every_keypoint_in_order(small_onnx: Path,
                                                                 images: dict[str, Path]) -> None:
     """The export's branch-free top-K (frontend/export.py) keeps HF's other branch: all, in raster order."""
     from spc.frontend.export import export_onnx
-    from spc.runtime.check import OrtReference
+    from spc.tuning.comparison import OrtReference
 
     onnx = export_onnx(tmp_path / "top5000.onnx", 120, 160, max_keypoints=5000)
     x = image(images, "astronaut")

@@ -18,7 +18,7 @@ import numpy as np
 
 def main(paths: list[str]) -> int:
     from spc.errors import SpcError
-    from spc.lowering.plan import read_plan
+    from spc.plan.io import read_plan
     from spc.runtime.ttnn_backend import TtnnProgram
 
     failed = 0

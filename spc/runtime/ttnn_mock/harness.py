@@ -108,14 +108,16 @@ def prepare(home: Path | None = None) -> dict[str, str]:
         raise HarnessError(f"the ttnn wheel no longer ships Blackhole firmware {SHIPPED_BLACKHOLE_FIRMWARE}")
     variables = env(home)
     stamp = home / "ready.json"
-    if stamp.exists() and json.loads(stamp.read_text()).get("package") == str(pkg):
+    # the overlay links this very copy of the stand-in compiler: a moved or reinstalled spc rebuilds it
+    ready = {"package": str(pkg), "ttnn": TTNN_VERSION, "compiler": str(HERE / "fake_riscv_gxx.py")}
+    if stamp.exists() and json.loads(stamp.read_text()) == ready:
         return variables
     root = home / "root"
     _overlay(pkg, root)
     for what, probe in _PROBES.items():
         _link_firmware_key(what, probe, home, variables, root, firmware)
     home.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps({"package": str(pkg), "ttnn": TTNN_VERSION}))
+    stamp.write_text(json.dumps(ready))
     return variables
 
 

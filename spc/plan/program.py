@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from spc.lowering.layout import Layout, layout_of
+from spc.ttnn.layout import Layout, layout_of
 
 
 @dataclass

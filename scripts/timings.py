@@ -42,9 +42,9 @@ def main() -> int:
     from evalset import evaluation_images, exported
 
     from spc.compiler import compile_onnx
-    from spc.lowering.plan import read_plan
-    from spc.runtime.inputs import load_input
+    from spc.plan.io import read_plan
     from spc.runtime.runner import Runner
+    from spc.tools.inputs import load_input
 
     src = exported(args.work, args.height, args.width)
     plan_path = src.with_suffix(".ttplan")
@@ -85,7 +85,7 @@ def main() -> int:
     runner.close()
 
     # every precision preset's emulation, against the plain bf16 emulation (issue: <= 3x)
-    from spc.ir.precision import PRESETS, PrecisionPlan
+    from spc.ttnn.precision import PRESETS, PrecisionPlan
 
     plain = PrecisionPlan("accurate").with_rule("*", math_fidelity="HiFi4", packer_l1_acc=True)
     preset_rows = []

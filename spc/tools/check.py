@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from spc.lowering.plan import Plan
-from spc.runtime.check import Comparison, ImageReport, find_source
-from spc.runtime.inputs import load_input
+from spc.plan.io import Plan
+from spc.tools.inputs import load_input
+from spc.tuning.comparison import Comparison, ImageReport, find_source
 
 
 def check_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | None, backend: str) -> list[ImageReport]:

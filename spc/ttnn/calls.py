@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spc.errors import SpcError
-from spc.lowering.program import TtOp
+from spc.plan.program import TtOp
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from spc.lowering.cost import BYTES_PER_VALUE, estimate
-from spc.lowering.plan import Plan
-from spc.lowering.program import TtOp, numel
 from spc.memory.l1 import L1Use
+from spc.memory.predict import BYTES_PER_VALUE, estimate
 from spc.memory.residency import op_memory, walk
-from spc.targets import get_target
+from spc.plan.io import Plan
+from spc.plan.program import TtOp, numel
+from spc.ttnn.targets import get_target
 
 CONVERSIONS = {"ttnn.to_layout", "ttnn.typecast", "ttnn.to_memory_config"}
 

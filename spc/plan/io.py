@@ -4,7 +4,7 @@ Members, in this order:
 
 * ``manifest.json``: format and spc versions, target, the source ONNX's name and sha256, the
   sha256 of every other member, input/output specs, compile options and notes;
-* ``program.json``: the :class:`~spc.lowering.program.Program`;
+* ``program.json``: the :class:`~spc.plan.program.Program`;
 * ``weights.safetensors``: every tensor the program names (f32/i64/bool, as in the source);
 * ``ir.txt``: the final IR, for people.
 
@@ -27,7 +27,7 @@ import numpy as np
 from spc import __version__
 from spc.errors import SpcError
 from spc.files import atomic_write
-from spc.lowering.program import Program
+from spc.plan.program import Program
 
 FORMAT = "spc.ttplan"
 # 2: device tensors say their form (conv layout or plain), program constants, output roles

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spc.lowering.program import Program, TtOp, numel
 from spc.memory.cost import PROGRAM_S, conv_seconds, pool_seconds
 from spc.memory.residency import DRAM_RM, Resident, conv_spec, op_memory, op_use, pool_spec
-from spc.targets import TARGETS, Target
+from spc.plan.program import Program, TtOp, numel
+from spc.ttnn.targets import TARGETS, Target
 
 BYTES_PER_VALUE = {"float32": 4.0, "bfloat16": 2.0, "bfloat8_b": 1088 / 1024, "bfloat4_b": 576 / 1024,
                    "uint32": 4.0, "uint16": 2.0}

@@ -24,9 +24,9 @@ import numpy as np
 
 from spc.errors import SpcError
 from spc.frontend.onnx_import import load_onnx
-from spc.lowering.plan import Plan
-from spc.runtime.metrics import keypoint_agreement, pcc
+from spc.plan.io import Plan
 from spc.runtime.runner import RunResult
+from spc.tuning.metrics import keypoint_agreement, pcc
 
 NAN = float("nan")
 
@@ -92,7 +92,7 @@ class OrtReference:
 def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[str, str],
             roles: dict[str, dict], width: int, height: int) -> ImageReport:
     from spc.ir.ops.keypoints import canonical
-    from spc.runtime.superpoint import score_map_from_logits, standard_keypoints
+    from spc.tuning.superpoint import score_map_from_logits, standard_keypoints
 
     score, desc = NAN, NAN
     if "score_map" in maps:
