@@ -44,7 +44,7 @@ test: $(STAMP) $(TTNN_STAMP) lint
 	$(BIN)/pytest
 
 bench: $(STAMP)
-	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/timings.py
 
 # every export of tests/corpus at 480x640: compile, check against onnxruntime, the mock p150 (docs/corpus.md)
 corpus: $(STAMP) $(TTNN_STAMP)

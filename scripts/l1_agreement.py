@@ -44,7 +44,7 @@ def measure(plan_path: Path) -> list[dict[str, Any]]:
     @contextlib.contextmanager
     def measured(op: TtOp) -> Iterator[None]:
         """ttnn's peak buffers on the busiest core during one call, beside the model's."""
-        m = next(model)
+        m = next(model).placed
         graph.begin_graph_capture(graph.RunMode.NORMAL)
         try:
             yield

@@ -5,7 +5,7 @@
 
 For each plan (accurate precision; exports made once into --work): how many blocks run from L1
 and how many DRAM-sliced, the fullest core's L1 against the chip's, the predicted device time
-(lowering/cost.py) beside the matrix-engine floor (convolution multiply-adds at the blocks'
+(memory/cost.py) beside the matrix-engine floor (convolution multiply-adds at the blocks'
 fidelity on every core, nothing else) and the hand port's 2.81 ms (p150, 480x640), and bytes
 per frame each way, compact read-back against dense. Nothing here runs a device.
 """
@@ -21,7 +21,6 @@ HAND_PORT_D2H_MB = 1.8
 
 
 def floor_ms(program, target) -> float:
-    from spc.memory.cost import PHASES
     from spc.plan.program import numel
 
     seconds = 0.0
@@ -30,7 +29,7 @@ def floor_ms(program, target) -> float:
             a = op.args
             kh, kw = a["kernel_size"]
             flops = 2.0 * numel(op.shape) * a["in_channels"] * kh * kw / a["groups"]
-            seconds += flops * PHASES[a["compute_config"]["math_fidelity"]] / target.peak_flops_per_phase
+            seconds += flops * a["compute_config"].math_fidelity.phases / target.peak_flops_per_phase
     return seconds * 1e3
 
 
@@ -43,6 +42,7 @@ def main() -> int:
 
     from spc.compiler import compile_onnx
     from spc.frontend.export import export_onnx
+    from spc.memory.residency import block_memory
     from spc.plan.io import read_plan
     from spc.tools.inspect import plan_report
     from spc.ttnn.targets import get_target
@@ -58,11 +58,11 @@ def main() -> int:
         for name in args.targets.split(","):
             target = get_target(name)
             plan_path = args.work / f"plan_{h}x{w}_{name}.ttplan"
-            result = compile_onnx(onnx, plan_path, target=name)
+            compile_onnx(onnx, plan_path, target=name)
             dense_path = args.work / f"plan_{h}x{w}_{name}_dense.ttplan"
             compile_onnx(onnx, dense_path, target=name, dense=True)
             report, dense = plan_report(read_plan(plan_path)), plan_report(read_plan(dense_path))
-            paths = [n.attrs["memory"].split(":")[0] for n in result.graph.nodes if "memory" in n.attrs]
+            paths = [m.path.value for m in block_memory(read_plan(plan_path).program).values()]
             fullest = max(c.l1_peak for c in report.calls) / target.l1_budget_bytes
             floor = floor_ms(read_plan(plan_path).program, target)
             vs = f"{report.predicted_device_ms / HAND_PORT_MS:.2f}x" if (name, size) == ("p150", "480x640") else ""

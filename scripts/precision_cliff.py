@@ -5,7 +5,7 @@
 Each row compiles the same ONNX with one precision plan (ir/precision.py), runs `spc check`
 against onnxruntime fp32 on scikit-image's natural images, and reports the worst score and
 descriptor PCC, the keypoint F1 (median and min) and the plan's predicted device time
-(lowering/cost.py, a roofline placeholder).
+(memory/cost.py).
 """
 
 from __future__ import annotations

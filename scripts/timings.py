@@ -1,7 +1,7 @@
 """Side-by-side timings, one run: spc vs onnxruntime on the same ONNX, on this CPU.
 
     make bench                                 # 480x640
-    .venv/bin/python scripts/bench.py --height 240 --width 320 --frames 10
+    .venv/bin/python scripts/timings.py --height 240 --width 320 --frames 10
 
 Prints compile time next to onnxruntime's session build (with graph optimisation and saving
 the optimised model), the emulated device frame next to an onnxruntime frame, and the host
@@ -43,8 +43,8 @@ def main() -> int:
 
     from spc.compiler import compile_onnx
     from spc.plan.io import read_plan
+    from spc.runtime.inputs import load_input
     from spc.runtime.runner import Runner
-    from spc.tools.inputs import load_input
 
     src = exported(args.work, args.height, args.width)
     plan_path = src.with_suffix(".ttplan")

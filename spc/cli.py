@@ -174,7 +174,7 @@ def _ttnn_interpreter() -> None:
 
 
 def _inputs(paths: tuple[Path, ...]) -> list[Path]:
-    from spc.tools.inputs import expand_paths
+    from spc.runtime.inputs import expand_paths
 
     if not paths:
         raise SpcError("no input given")

@@ -14,17 +14,15 @@ from spc.ir.macs import macs
 from spc.ir.printer import print_graph
 from spc.lowering.lower import find_probes, lower
 from spc.lowering.roles import output_roles
-from spc.memory.predict import predicted_ms
-from spc.memory.residency import walk
-from spc.passes.choose_memory_config import ChooseMemoryConfig
+from spc.memory.planner import check_fits, plan_memory
+from spc.memory.residency import predicted_ms
 from spc.passes.choose_precision import ChoosePrecision
 from spc.passes.manager import DumpDir, Instrument, PassContext, PassManager, PassRecord, PrintAfterAll
 from spc.passes.pipeline import default_pipeline
 from spc.plan.io import write_plan
-from spc.plan.program import Program
 from spc.ttnn.memory import MemoryOverrides
 from spc.ttnn.precision import PrecisionPlan
-from spc.ttnn.targets import Target, get_target
+from spc.ttnn.targets import get_target
 from spc.tuning.thresholds import Thresholds
 
 
@@ -73,22 +71,6 @@ def recognised(records: list[PassRecord]) -> list[str]:
     return out
 
 
-def check_fits(program: Program, chip: Target, src: Path, forced: MemoryOverrides) -> None:
-    """Every call of the lowered program fits one core's L1 by the model (memory/residency.py),
-    including the calls no pass configured (element-wise, the keypoint read-back). Blocks forced
-    with --memory-config are the user's call (choose-memory-config has said so in a note)."""
-    for i, (op, placed) in enumerate(zip(program.device_ops, walk(program, chip))):
-        if not placed.fits and forced.for_block(op.block or op.source) is not None:
-            return  # ttnn stops there: what follows cannot be judged
-        if not placed.fits:
-            hint = ("try --dense or a smaller --keypoint-capacity" if op.source == "keypoints"
-                    else "force another configuration of a block before it with --memory-config, or use a "
-                         "smaller input")
-            raise SpcError(f"{src}: call {i} ({op.op}, block {op.block or op.source}) needs {placed.use.cb} B of "
-                           f"buffers beside {placed.live_before} B of tensors on one core, {-placed.headroom} B more "
-                           f"than {chip.name} has; {hint}")
-
-
 def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, print_ir: bool = False,
                  stop_after: str | None = None, nms_single_pass: bool = False, target: str = "p150",
                  precision: PrecisionPlan | None = None, auto: AutoPrecision | None = None,
@@ -118,16 +100,18 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
     if auto is not None:
         from spc.tuning.precision_search import search
 
-        found = search(g, src, auto.calib, auto.thresholds, log=auto.log)
+        found = search(g, src, auto.calib, auto.thresholds, log=auto.log, target=chip)
         precision, search_report = found.plan, found.manifest()
         ChoosePrecision().run(g, PassContext(options={"precision": precision}))
-        ChooseMemoryConfig().run(g, ctx)  # formats change buffer sizes
+    pass_notes = len(ctx.notes)
     program, tensors = lower(g, find_probes(g), compact=not dense, capacity=keypoint_capacity, notes=ctx.notes,
                              kernels=kernels)
     program.roles = output_roles(g)
+    planner = plan_memory(program, chip, memory)
+    ctx.notes[pass_notes:pass_notes] = planner.notes  # the planner's notes, before the lowering's
+    check_fits(planner.records, chip, str(src), memory)
     device_macs = sum(macs(n) for n in g.nodes if n.placement is Placement.DEVICE)
     host_macs = sum(macs(n) for n in g.nodes if n.placement is not Placement.DEVICE)
-    check_fits(program, chip, src, memory)
     manifest = {
         "target": target,
         "source": {"file": src.name, "sha256": hashlib.sha256(src.read_bytes()).hexdigest()},
@@ -137,8 +121,8 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
                     "memory_config": memory.describe(), "dense": dense, "keypoint_capacity": keypoint_capacity,
                     "kernels": kernels},
         "precision_search": search_report,
-        "predicted_device_ms": round(predicted_ms(program, tensors, chip), 4),
-        "pipeline": [r.name for r in pm.records],
+        "predicted_device_ms": round(predicted_ms(planner.records), 4),
+        "pipeline": [r.name for r in pm.records] + ["choose-memory-config"],
         "notes": ctx.notes,
         "device_ops": len(program.device_ops),
         "macs": {"device": device_macs, "host": host_macs},

@@ -52,7 +52,7 @@ def test_run_is_a_drop_in_for_onnxruntime(small_plan: Path, small_onnx: Path, tm
                                           images: dict[str, Path]) -> None:
     import onnxruntime as ort
 
-    from spc.tools.inputs import load_input
+    from spc.runtime.inputs import load_input
 
     out = tmp_path / "kp.npz"
     code, _, err = spc("run", small_plan, images["astronaut"], "-o", out, "--dense", "--viz", tmp_path / "kp.png")

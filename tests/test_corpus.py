@@ -17,7 +17,7 @@ import pytest
 
 from spc.compiler import compile_onnx
 from spc.plan.io import read_plan
-from spc.tools.inputs import load_input
+from spc.runtime.inputs import load_input
 from spc.tuning.comparison import Comparison
 from tests.corpus.exports import CORPUS, cached
 

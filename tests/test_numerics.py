@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from spc.ttnn.formats import DataFormat, MathFidelity
 from spc.ttnn.numerics import (
     operand_phases,
     round_bf16,
@@ -35,35 +36,36 @@ def test_bfp8_row_shares_the_largest_exponent() -> None:
     # 12.0 -> 96/8 exact; 0.3 -> round(2.4) = 2 -> 0.25; 0.0625 -> round(0.5) = 0 (tie to even);
     # 0.1875 -> round(1.5) = 2 -> 0.25 (tie to even); -5.3 -> round(42.4) = 42 -> -5.25
     row = t(12.0, 0.3, 0.0625, 0.1875, -5.3, *([0.0] * 11))
-    assert round_block_float(row, "bfloat8_b")[:5].tolist() == [12.0, 0.25, 0.0, 0.25, -5.25]
+    assert round_block_float(row, DataFormat.BFLOAT8_B)[:5].tolist() == [12.0, 0.25, 0.0, 0.25, -5.25]
 
 
 def test_bfp8_saturates_instead_of_overflowing() -> None:
     # 1.9999 -> magnitude 127.99 -> rounds to 128, saturates to 127: 127/64 = 1.984375
-    assert round_block_float(t(1.9999, *([0.0] * 15)), "bfloat8_b")[0].item() == 127 / 64
+    assert round_block_float(t(1.9999, *([0.0] * 15)), DataFormat.BFLOAT8_B)[0].item() == 127 / 64
 
 
 def test_block_float_groups_are_16_wide_rows() -> None:
     # a large value in the first 16 crushes its small neighbours, not those of the next row
     x = t(*([1000.0] + [1.0] * 15 + [1.0] * 16))
-    y = round_block_float(x, "bfloat8_b")
+    y = round_block_float(x, DataFormat.BFLOAT8_B)
     assert y[1].item() == 0.0 and y[16].item() == 1.0 and y[0].item() == 1000.0
 
 
 def test_bfp4_keeps_three_bits() -> None:
     # shared exponent 2^0, LSB 2^-2: 1.0 -> 4, 0.4 -> round(1.6) = 2 -> 0.5, 1.9 -> 7.6 -> 8 -> saturate 7
     row = t(1.0, 0.4, 1.9, *([0.0] * 13))
-    assert round_block_float(row, "bfloat4_b")[:3].tolist() == [1.0, 0.5, 1.75]
+    assert round_block_float(row, DataFormat.BFLOAT4_B)[:3].tolist() == [1.0, 0.5, 1.75]
 
 
 def test_block_float_zeros_and_denormals() -> None:
     row = t(0.0, 2.0**-130, *([0.0] * 14))
-    assert round_block_float(row, "bfloat8_b").abs().sum().item() == 0.0
+    assert round_block_float(row, DataFormat.BFLOAT8_B).abs().sum().item() == 0.0
 
 
 def test_unknown_format_is_refused() -> None:
-    with pytest.raises(ValueError, match="unknown device data format"):
-        round_storage(t(1.0), "float8")
+    with pytest.raises(ValueError, match="'float8' is not one of"):
+        DataFormat.parse("float8")
+    assert round_storage(t(2.6), DataFormat.UINT32).item() == 3.0  # indices are whole numbers
 
 
 def test_truncation_is_toward_zero() -> None:
@@ -82,15 +84,15 @@ def test_truncation_is_toward_zero() -> None:
 ])
 def test_fidelity_phases_of_one_product(fidelity: str, want: float) -> None:
     a = b = t(1 + 127 / 128)
-    got = sum((pa * pb for pa, pb in operand_phases(a, b, fidelity)), torch.zeros(1))
+    got = sum((pa * pb for pa, pb in operand_phases(a, b, MathFidelity(fidelity))), torch.zeros(1))
     assert got.item() == pytest.approx(want, rel=0, abs=1e-12)
 
 
 def _conv(x, w, b=None, **kw):
     from spc.ttnn.numerics import conv2d_device
 
-    args = dict(stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1, fidelity="HiFi4",
-                fp32_acc=True, out_fmt="bfloat16")
+    args = dict(stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1, fidelity=MathFidelity.HIFI4,
+                fp32_acc=True, out_fmt=DataFormat.BFLOAT16)
     args.update(kw)
     return conv2d_device(x, w, b, **args)
 
@@ -142,6 +144,6 @@ def test_bfp8_weights_share_exponents_across_output_channels() -> None:
     w[1, 0] = 0.01    # ... crushes output channel 1 of the same tap (same face row)
     w[1, 1] = 0.01    # but not the same output channel at another input channel
     w[16, 0] = 0.01   # nor output channel 16 (next face row)
-    s = conv_weight_storage(w, "bfloat8_b")
+    s = conv_weight_storage(w, DataFormat.BFLOAT8_B)
     assert s[0, 0].item() == 100.0 and s[1, 0].item() == 0.0
     assert s[1, 1].item() != 0.0 and s[16, 0].item() != 0.0

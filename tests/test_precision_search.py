@@ -11,8 +11,6 @@ from spc.tuning.precision_search import Score, search_plans
 from spc.tuning.thresholds import Thresholds
 
 BLOCKS = ["enc.a", "enc.b", "head"]
-PHASES = {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
-BYTES = {"bfloat16": 2.0, "bfloat8_b": 1.0, "bfloat4_b": 0.5, "float32": 4.0}
 
 
 def synthetic(sensitive: dict[str, int]):
@@ -22,10 +20,10 @@ def synthetic(sensitive: dict[str, int]):
         cost, f1 = 0.0, 0.98
         for b in BLOCKS:
             p = plan.for_block(b)
-            cost += PHASES[p.math_fidelity] + BYTES[p.weights_dtype]
-            if PHASES[p.math_fidelity] < sensitive.get(b, 1):
+            cost += p.math_fidelity.phases + 2 * p.weights_dtype.bytes_per_value
+            if p.math_fidelity.phases < sensitive.get(b, 1):
                 f1 -= 0.05
-            if p.weights_dtype.endswith("_b") and b in sensitive:
+            if p.weights_dtype.block_float_bits and b in sensitive:
                 f1 -= 0.05
         return Score(f1=f1, descriptor_pcc=0.999, score_pcc=0.999, device_ms=cost, f1s=(f1, f1 + 0.01),
                      descriptor_pccs=(0.999, 0.999))
@@ -35,8 +33,8 @@ def synthetic(sensitive: dict[str, int]):
 def test_keeps_sensitive_blocks_and_cheapens_the_rest() -> None:
     result = search_plans(BLOCKS, synthetic({"head": 4}), Thresholds(), log=lambda s: None)
     chosen = {b: result.plan.for_block(b) for b in BLOCKS}
-    assert chosen["head"].math_fidelity == "HiFi4" and chosen["head"].weights_dtype == "bfloat16"
-    assert chosen["enc.a"].weights_dtype == "bfloat4_b" and chosen["enc.a"].math_fidelity == "LoFi"
+    assert chosen["head"].math_fidelity.value == "HiFi4" and chosen["head"].weights_dtype.value == "bfloat16"
+    assert chosen["enc.a"].weights_dtype.value == "bfloat4_b" and chosen["enc.a"].math_fidelity.value == "LoFi"
     assert result.score.f1 >= result.reference.f1 - 0.01 and result.score.device_ms < result.reference.device_ms
 
 

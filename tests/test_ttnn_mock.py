@@ -8,8 +8,11 @@ they do not skip.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +27,20 @@ def rewrite(plan, path: Path) -> Path:
     """Write an edited plan as a valid .ttplan (fresh hashes), to test what ttnn makes of it."""
     manifest = {k: v for k, v in plan.manifest.items() if k not in ("members", "format", "format_version")}
     write_plan(path, plan.program, plan.weights, plan.ir_text, manifest)
+    return path
+
+
+def forge_program(plan: Path, path: Path, edit) -> Path:
+    """``plan`` with its program.json text edited and the manifest's hash made to match."""
+    with zipfile.ZipFile(plan) as zf:
+        members = {name: zf.read(name) for name in zf.namelist()}
+    members["program.json"] = edit(members["program.json"].decode()).encode()
+    manifest = json.loads(members["manifest.json"])
+    manifest["members"]["program.json"] = hashlib.sha256(members["program.json"]).hexdigest()
+    members["manifest.json"] = json.dumps(manifest).encode()
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
     return path
 
 
@@ -96,13 +113,16 @@ def test_calls_are_spelled_as_ttnn_spells_them(ttnn_python: str, small_onnx: Pat
 
     plan = read_plan(small_plan)
     plan.program.device_ops[0].args["bogus_keyword"] = 1
-    plan.program.device_ops[0].args["conv_config"]["bogus_field"] = True
     bad = rewrite(plan, tmp_path / "bad.ttplan")
     done = subprocess.run([ttnn_python, "-m", "spc.runtime.ttnn_signatures", bad], capture_output=True, text=True,
                           check=False, cwd=ROOT)
     assert done.returncode == 1
-    assert "no overload takes" in done.stdout and "bogus_keyword" in done.stdout
-    assert "ttnn.Conv2dConfig" in done.stdout and "bogus_field" in done.stdout
+    assert "ttnn.conv2d" in done.stdout and "no overload takes" in done.stdout and "bogus_keyword" in done.stdout
+    # a configuration's fields are the plan's schema: an unknown one is refused when the plan is read
+    forged = forge_program(small_plan, tmp_path / "forged.ttplan",
+                           lambda text: text.replace('"act_block_h_override"', '"bogus_field": true, "act_block_h_override"', 1))
+    done = run(ttnn_python, "run", forged, images["camera"], "-o", tmp_path / "f.npz", "--backend", "ttnn-mock")
+    assert done.returncode == 1 and "conv_config has unknown fields ['bogus_field']" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_emitted_program_runs_on_the_mock_p150(ttnn_python: str, small_plan: Path, tmp_path: Path) -> None:

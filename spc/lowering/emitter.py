@@ -17,9 +17,12 @@ import numpy as np
 
 from spc.ir.graph import Value
 from spc.plan.program import DeviceConstant, TtOp
+from spc.ttnn.configs import PageLayout
+from spc.ttnn.formats import DataFormat
 from spc.ttnn.layout import DeviceLayout, Layout, PlainLayout
+from spc.ttnn.memory import DRAM_INTERLEAVED, MemoryConfig, SliceConfig
 
-INPUT_DTYPE = "bfloat16"
+INPUT_DTYPE = DataFormat.BFLOAT16
 
 # the layout a call leaves its result in, where it is not its first input's (measured on the mock
 # p150: conv2d is asked for TILE; max_pool2d, argmax and upsample give ROW_MAJOR; reductions and
@@ -34,7 +37,7 @@ class Emitter:
     ops: list[TtOp] = field(default_factory=list)
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     layouts: dict[str, Layout] = field(default_factory=dict)
-    dtypes: dict[str, str] = field(default_factory=dict)
+    dtypes: dict[str, DataFormat] = field(default_factory=dict)
     in_dram: dict[str, bool] = field(default_factory=dict)  # where each result lives (device inputs: DRAM)
     tiles: dict[str, bool] = field(default_factory=dict)  # in tiles (else row major); device inputs: row major
     constants: list[DeviceConstant] = field(default_factory=list)
@@ -42,8 +45,9 @@ class Emitter:
     _converted: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def emit(self, op: str, inputs: list[str], output: str, out_layout: Layout, source: str,
-             weights: dict[str, str] | None = None, store: str | None = None, out_shape: list[int] | None = None,
-             extra_outputs: list[str] | None = None, extra_dtypes: list[str] | None = None, **args: Any) -> str:
+             weights: dict[str, str] | None = None, store: DataFormat | None = None,
+             out_shape: list[int] | None = None, extra_outputs: list[str] | None = None,
+             extra_dtypes: list[DataFormat] | None = None, **args: Any) -> str:
         """Append a call; its result is stored as ``store``, by default as its first input is."""
         store = store or (self.dtypes.get(inputs[0], INPUT_DTYPE) if inputs else INPUT_DTYPE)
         shape = out_shape or args.get("shape") or out_layout.device_shape  # a 5-D reshape keeps its own shape
@@ -56,20 +60,21 @@ class Emitter:
         self.layouts[output] = out_layout
         self.dtypes[output] = store
         if op == "ttnn.to_layout":
-            self.tiles[output] = args["layout"].startswith("TILE")
+            self.tiles[output] = args["layout"] is PageLayout.TILE
         else:
             self.tiles[output] = _TILED_RESULT.get(op, self.tiles.get(inputs[0], False) if inputs else False)
-        path = args.get("slice_config", {}).get("type", "")
-        if args.get("memory_config") == "DRAM_INTERLEAVED" or path.startswith("dram"):
+        memory: MemoryConfig | None = args.get("memory_config")
+        slicing: SliceConfig | None = args.get("slice_config")
+        if (memory is not None and memory.buffer.name == "DRAM") or (slicing is not None and slicing.in_dram):
             self.in_dram[output] = True
-        elif path == "l1_full":
+        elif slicing is not None:
             self.in_dram[output] = False
         else:  # element-wise and data-movement calls stay where their input is
             self.in_dram[output] = self.in_dram.get(inputs[0], True) if inputs else True
         return output
 
     def kernel(self, name: str, inputs: list[str], outputs: list[str], out_layout: Layout, source: str,
-               store: str | None = None, **params: Any) -> str:
+               store: DataFormat | None = None, **params: Any) -> str:
         """A fused kernel call; it records the stock calls it replaces for runtimes without tt-lang."""
         from spc.kernels import KERNELS
 
@@ -83,7 +88,7 @@ class Emitter:
         if self.in_dram.get(name, True):
             return name
         return self.emit("ttnn.to_memory_config", [name], name + "/dram", self.layouts[name], source,
-                         memory_config="DRAM_INTERLEAVED")
+                         memory_config=DRAM_INTERLEAVED)
 
     def weight(self, v: Value) -> str:
         self.weights[v.name] = np.asarray(v.data)
@@ -109,13 +114,13 @@ class Emitter:
         if self.tiles.get(name, False):
             return name
         return self._once(name, "tile", lambda: self.emit("ttnn.to_layout", [name], name + "/tiled",
-                                                          self.layouts[name], source, layout="TILE_LAYOUT"))
+                                                          self.layouts[name], source, layout=PageLayout.TILE))
 
     def row_major(self, name: str, source: str) -> str:
         if not self.tiles.get(name, False):
             return name
         return self._once(name, "rm", lambda: self.emit("ttnn.to_layout", [name], name + "/row_major",
-                                                        self.layouts[name], source, layout="ROW_MAJOR_LAYOUT"))
+                                                        self.layouts[name], source, layout=PageLayout.ROW_MAJOR))
 
     def to_plain(self, name: str, v: Value, source: str) -> str:
         """``name`` (the device tensor of IR value ``v``) in the plain form: [1,1,NHW,C] ->
@@ -155,7 +160,7 @@ class Emitter:
         return self._once(name, "nhwc", convert)
 
     def constant(self, v: Value, data: np.ndarray, device_shape: list[int], source: str,
-                 dtype: str = INPUT_DTYPE) -> str:
+                 dtype: DataFormat = INPUT_DTYPE) -> str:
         """A constant operand on the device: ``data`` (from IR constant ``v``) as ``device_shape``."""
         key = f"{v.name}@{'x'.join(str(d) for d in device_shape)}"
         for c in self.constants:

@@ -8,13 +8,13 @@ from __future__ import annotations
 from spc.ir.graph import Node, Value
 from spc.lowering.emitter import Emitter
 from spc.lowering.registry import lowers
+from spc.ttnn.configs import Activation, ComputeConfig, Conv2dConfig, PageLayout
 from spc.ttnn.layout import DeviceLayout, PlainLayout
-from spc.ttnn.memory import parse as parse_memory
+from spc.ttnn.memory import DRAM_INTERLEAVED, L1_FULL
 from spc.ttnn.precision import BlockPrecision
 
-# Fixed for every conv; the per-block part (path, slicing, act_block_h) comes from the
-# choose-memory-config pass (memory/config.py).
-CONV_CONFIG = {"shard_layout": "HEIGHT_SHARDED", "output_layout": "TILE", "deallocate_activation": False}
+# Convs and pools are lowered in their default memory configuration (L1, ttnn's activation blocks);
+# the memory planner (memory/planner.py) chooses each block's and rewrites its calls.
 
 
 def _layout(v: Value) -> DeviceLayout:
@@ -63,18 +63,14 @@ def _conv2d(em: Emitter, n: Node, ins: list[str]) -> str:
     if b is not None:
         weights["bias_tensor"] = em.weight(b)
     p = BlockPrecision.from_attrs(n.attrs)
-    mem = parse_memory(n.attrs.get("memory", "l1"))
-    x_in = em.into_dram(ins[0], n.name) if mem.path == "dram" else ins[0]
-    conv_config = dict(CONV_CONFIG, weights_dtype=p.weights_dtype, act_block_h_override=32 * mem.act_block_h,
-                       activation="relu" if n.attrs["activation"] == "relu" else None)
-    compute_config = {"math_fidelity": p.math_fidelity, "fp32_dest_acc_en": p.fp32_dest_acc_en,
-                      "packer_l1_acc": p.packer_l1_acc}
-    return em.emit("ttnn.conv2d", [x_in], n.output.name, _layout(n.output), n.name, weights,
+    conv_config = Conv2dConfig(p.weights_dtype, Activation.RELU if n.attrs["activation"] == "relu" else None)
+    compute_config = ComputeConfig(p.math_fidelity, p.fp32_dest_acc_en, p.packer_l1_acc)
+    return em.emit("ttnn.conv2d", [ins[0]], n.output.name, _layout(n.output), n.name, weights,
                    store=p.output_dtype, in_channels=src.c, out_channels=int(w.type.static_shape[0]), batch_size=src.n,
                    input_height=src.h, input_width=src.w, kernel_size=list(n.attrs["kernel_shape"]),
                    stride=list(n.attrs["strides"]), padding=[pads[0], pads[2], pads[1], pads[3]],
                    dilation=list(n.attrs["dilations"]), groups=int(n.attrs["group"]), dtype=p.output_dtype,
-                   conv_config=conv_config, compute_config=compute_config, slice_config=mem.slice_config)
+                   conv_config=conv_config, compute_config=compute_config, slice_config=L1_FULL)
 
 
 @lowers("onnx.MaxPool", check=_pool_check)
@@ -84,13 +80,11 @@ def _max_pool(em: Emitter, n: Node, ins: list[str]) -> str:
     src = _layout(x)
     pads = n.attrs.get("pads", [0, 0, 0, 0])
     ins = [em.to_nhwc(ins[0], x, n.name)]
-    mem = parse_memory(n.attrs.get("memory", "l1"))
-    x_in = em.into_dram(ins[0], n.name) if mem.path == "dram" else ins[0]
-    return em.emit("ttnn.max_pool2d", [x_in], n.output.name, _layout(n.output), n.name,
+    return em.emit("ttnn.max_pool2d", [ins[0]], n.output.name, _layout(n.output), n.name,
                    batch_size=src.n, input_h=src.h, input_w=src.w, channels=src.c,
                    kernel_size=list(n.attrs["kernel_shape"]), stride=list(n.attrs.get("strides", [1, 1])),
                    padding=[pads[0], pads[1]], dilation=list(n.attrs.get("dilations", [1, 1])),
-                   ceil_mode=bool(n.attrs.get("ceil_mode", 0)), slice_config=mem.slice_config)
+                   ceil_mode=bool(n.attrs.get("ceil_mode", 0)), slice_config=L1_FULL)
 
 
 @lowers("spc.ScoreFold")
@@ -109,12 +103,12 @@ def _score_fold(em: Emitter, n: Node, ins: list[str]) -> str:
     kept = DeviceLayout(src.n, src.h, src.w, cell * cell)
     t = em.emit("ttnn.slice", [t], base + "/keep", kept, n.name, starts=[0, 0, 0, 0],
                 ends=[1, 1, src.n * src.h * src.w, cell * cell], steps=[1, 1, 1, 1])
-    t = em.emit("ttnn.to_layout", [t], base + "/row_major", kept, n.name, layout="ROW_MAJOR_LAYOUT")
+    t = em.emit("ttnn.to_layout", [t], base + "/row_major", kept, n.name, layout=PageLayout.ROW_MAJOR)
     t = em.emit("ttnn.reshape", [t], base + "/cells", kept, n.name, shape=[src.n, src.h, src.w, cell, cell])
     t = em.emit("ttnn.permute", [t], base + "/interleave", kept, n.name, dims=[0, 1, 3, 2, 4])
     # one channel per page is not L1-aligned as a shard: ttnn needs this view interleaved
     # (interleaved_to_sharded_op.cpp "Shard page size must currently have L1 aligned page size")
-    return em.emit("ttnn.reshape", [t], base, out, n.name, shape=out.device_shape, memory_config="DRAM_INTERLEAVED")
+    return em.emit("ttnn.reshape", [t], base, out, n.name, shape=out.device_shape, memory_config=DRAM_INTERLEAVED)
 
 
 @lowers("spc.Nms")
@@ -129,18 +123,12 @@ def _nms(em: Emitter, n: Node, ins: list[str]) -> str:
     ins = [em.to_nhwc(ins[0], x, n.name)]
     # max_pool2d's default output is height-sharded with non-tile shards, which the element-wise
     # ops after it reject (tensor_layout.cpp "Physical shard shape ... must be tile sized"): interleave
-    mem = parse_memory(n.attrs.get("memory", "l1"))
     pool = dict(batch_size=lay.n, input_h=lay.h, input_w=lay.w, channels=lay.c, kernel_size=[2 * r + 1] * 2,
-                stride=[1, 1], padding=[r, r], dilation=[1, 1], ceil_mode=False, memory_config="DRAM_INTERLEAVED",
-                slice_config=mem.slice_config)
+                stride=[1, 1], padding=[r, r], dilation=[1, 1], ceil_mode=False, memory_config=DRAM_INTERLEAVED,
+                slice_config=L1_FULL)
 
     def window_max(x: str, out: str) -> str:
-        y = em.emit("ttnn.max_pool2d", [x], out, lay, n.name, **pool)
-        if mem.path == "l1":
-            return y
-        # the DRAM path returns [N, H, W, C]; against the [1, 1, NHW, C] map an element-wise op
-        # would broadcast it (measured on the mock p150: a 143 GB request at 1080x1920)
-        return em.emit("ttnn.reshape", [y], out + "/flat", lay, n.name, shape=lay.device_shape)
+        return em.emit("ttnn.max_pool2d", [x], out, lay, n.name, **pool)
 
     s = ins[0]
     wmax = window_max(s, f"{base}/max0")

@@ -26,6 +26,8 @@ from spc.ir.ops.infer import axes_from, norm_axis
 from spc.lowering.emitter import Emitter
 from spc.lowering.fused import pool2d_check
 from spc.lowering.registry import lowers
+from spc.ttnn.configs import PageLayout
+from spc.ttnn.formats import DataFormat
 from spc.ttnn.layout import DeviceLayout, Layout, PlainLayout
 
 Ins = list[str | None]
@@ -516,8 +518,8 @@ def _batch_norm(em: Emitter, n: Node, ins: Ins) -> str:
     kb = em.constant(n.inputs[2], b, shape, n.name)  # type: ignore[arg-type]
     # x * a kept in float32: a batch norm after a ReLU (SuperPoint-Open) then rounds once, not twice
     # (measured on its 480x640 export: min score-map PCC 0.9952 -> 0.9976 against onnxruntime)
-    store = em.dtypes.get(t, "bfloat16")
-    y = em.emit("ttnn.multiply", [t, ka], n.output.name + "/scaled", lay, n.name, store="float32")
+    store = em.dtypes.get(t, DataFormat.BFLOAT16)
+    y = em.emit("ttnn.multiply", [t, ka], n.output.name + "/scaled", lay, n.name, store=DataFormat.FLOAT32)
     return em.emit("ttnn.add", [y, kb], n.output.name, lay, n.name, store=store)
 
 
@@ -796,7 +798,7 @@ def _pad(em: Emitter, n: Node, ins: Ins) -> str:
     t = em.row_major(em.to_plain(ins[0], x, n.name), n.name)
     p = em.emit("ttnn.pad", [t], n.output.name + "/padded", _plain(n.output), n.name,
                 padding=[list(pair) for pair in padding], value=value)
-    return em.emit("ttnn.to_layout", [p], n.output.name, _plain(n.output), n.name, layout="TILE_LAYOUT")
+    return em.emit("ttnn.to_layout", [p], n.output.name, _plain(n.output), n.name, layout=PageLayout.TILE)
 
 
 def _space_depth(em: Emitter, n: Node, ins: Ins, to_space: bool) -> str:

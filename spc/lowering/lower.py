@@ -16,6 +16,7 @@ from spc.lowering import readback
 from spc.lowering.emitter import INPUT_DTYPE, Emitter
 from spc.lowering.registry import LOWERINGS, device_support, lowering_for
 from spc.plan.program import DeviceTensor, HostNode, Program, TensorSpec
+from spc.ttnn.formats import DataFormat
 from spc.ttnn.layout import DeviceLayout
 
 __all__ = ["LOWERINGS", "Emitter", "find_probes", "lower"]
@@ -79,9 +80,9 @@ def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, 
         first = len(em.ops)
         result = low.fn(em, n, ins)
         outs = [result] if isinstance(result, str) else list(result)
-        want = n.attrs.get("output_dtype")
+        want = DataFormat.parse(n.attrs["output_dtype"]) if "output_dtype" in n.attrs else None
         if want and n.op.name != "spc.Conv2d" and len(em.ops) > first and em.ops[-1].output == outs[0] \
-                and em.dtypes[outs[0]] != want:
+                and em.dtypes[outs[0]] is not want:
             # the op computes in its input's format; the block asked to store the result otherwise.
             # The last call emitted produced the output: it gets another name, the cast takes it.
             out = outs[0]

@@ -31,8 +31,11 @@ from spc.ir.graph import Node
 from spc.ir.ops.keypoints import KEYPOINT_ATTRS
 from spc.kernels import KERNELS
 from spc.kernels.keypoints import CORNERS
-from spc.plan.program import DeviceTensor, HostNode
+from spc.plan.program import DeviceTensor, HostNode, decode_args
+from spc.ttnn.configs import PageLayout
+from spc.ttnn.formats import DataFormat
 from spc.ttnn.layout import DeviceLayout
+from spc.ttnn.memory import DRAM_INTERLEAVED
 
 if TYPE_CHECKING:
     from spc.lowering.emitter import Emitter
@@ -55,10 +58,10 @@ def capacity(n: Node) -> int:
     return min(TOPK_MAX_K, max(32, -(-int(h * w * KEYPOINTS_PER_PIXEL) // 32) * 32))
 
 
-def unsupported(n: Node, k: int, desc_dtype: str) -> str | None:
+def unsupported(n: Node, k: int, desc_dtype: DataFormat) -> str | None:
     """Why the device cannot produce this node's keypoints exactly, if it cannot."""
-    if desc_dtype != "bfloat16":
-        return f"the descriptor map is {desc_dtype} and ttnn.embedding gathers from bfloat16 tables only"
+    if desc_dtype is not DataFormat.BFLOAT16:
+        return f"the descriptor map is {desc_dtype.value} and ttnn.embedding gathers from bfloat16 tables only"
     if int(n.attrs["border"]) * 2 < int(n.attrs["cell"]):
         return f"a border of {n.attrs['border']} px lets descriptor samples reach the zero padding"
     if k > TOPK_MAX_K:
@@ -83,58 +86,61 @@ def lower_keypoints(em: Emitter, n: Node, score: str, desc: str, k: int) -> tupl
     name = n.name
     one = DeviceLayout(1, 1, k, 1)
 
-    def call(op: str, ins: list[str], out: str, store: str = "float32", **args: object) -> str:
+    F32, BF16, U32 = DataFormat.FLOAT32, DataFormat.BFLOAT16, DataFormat.UINT32
+    desc_format = em.dtypes.get(desc, BF16)
+
+    def call(op: str, ins: list[str], out: str, store: DataFormat = F32, **args: object) -> str:
         shape = args.pop("out_shape", one.device_shape)
         return em.emit(op, ins, f"{name}/{out}", one, name, store=store, out_shape=shape, **args)
 
     # the descriptor map leaves L1 first: ttnn.topk needs much of one core's L1 (measured on the mock
     # p150 at 1080x1920: its buffers clashed with the map's shards)
-    table = call("ttnn.to_memory_config", [desc], "table_dram", em.dtypes.get(desc, "bfloat16"),
-                 out_shape=[1, 1, hc * wc, c], memory_config="DRAM_INTERLEAVED")
-    m = call("ttnn.to_layout", [score], "map_rm", "bfloat16", out_shape=[1, 1, h * w, 1], layout="ROW_MAJOR_LAYOUT")
-    m = call("ttnn.reshape", [m], "map_2d", "bfloat16", out_shape=[1, 1, h, w], shape=[1, 1, h, w])
-    m = call("ttnn.slice", [m], "window", "bfloat16", out_shape=[1, 1, ly - b, inner], starts=[0, 0, b, b],
+    table = call("ttnn.to_memory_config", [desc], "table_dram", desc_format,
+                 out_shape=[1, 1, hc * wc, c], memory_config=DRAM_INTERLEAVED)
+    m = call("ttnn.to_layout", [score], "map_rm", BF16, out_shape=[1, 1, h * w, 1], layout=PageLayout.ROW_MAJOR)
+    m = call("ttnn.reshape", [m], "map_2d", BF16, out_shape=[1, 1, h, w], shape=[1, 1, h, w])
+    m = call("ttnn.slice", [m], "window", BF16, out_shape=[1, 1, ly - b, inner], starts=[0, 0, b, b],
              ends=[1, 1, ly, lx], steps=[1, 1, 1, 1])
     # flattened as tiles: a row-major [1, N] page is the whole map, which the reshape stages in L1
     # (measured on the mock p150: 3.7 MB asked for at 720x1280)
-    m = call("ttnn.to_layout", [m], "window_tiled", "bfloat16", out_shape=[1, 1, ly - b, inner], layout="TILE_LAYOUT")
+    m = call("ttnn.to_layout", [m], "window_tiled", BF16, out_shape=[1, 1, ly - b, inner], layout=PageLayout.TILE)
     flat = [1, 1, 1, (ly - b) * inner]
-    m = call("ttnn.reshape", [m], "window_flat", "bfloat16", out_shape=flat, shape=flat)
-    index_dtype = "uint32" if flat[-1] > 65536 else "uint16"  # as ttnn.topk chooses
-    values = call("ttnn.topk", [m], "values", "bfloat16", out_shape=[1, 1, 1, k], k=k, dim=-1, largest=True,
+    m = call("ttnn.reshape", [m], "window_flat", BF16, out_shape=flat, shape=flat)
+    index_dtype = U32 if flat[-1] > 65536 else DataFormat.UINT16  # as ttnn.topk chooses
+    values = call("ttnn.topk", [m], "values", BF16, out_shape=[1, 1, 1, k], k=k, dim=-1, largest=True,
                   sorted=True, extra_outputs=[f"{name}/positions"], extra_dtypes=[index_dtype])
     positions = f"{name}/positions"
-    p = call("ttnn.typecast", [positions], "p", dtype="float32")
+    p = call("ttnn.typecast", [positions], "p", dtype=F32)
     # cells and bilinear weights of the four corners (kernels/keypoints.py): one kernel, or its calls
     cells = [f"{name}/cell{t}" for t in CORNERS]
     weights = [f"{name}/w{t}" for t in CORNERS]
     params = {"inner": inner, "border": b, "wc": wc, "hc": hc, "half_cell": cell / 2 - 0.5,
               "sx": (wc - 1) / (wc * cell - cell / 2 - 0.5), "sy": (hc - 1) / (hc * cell - cell / 2 - 0.5)}
     if em.kernels:
-        em.kernel("keypoint_corners", [p], cells + weights, one, name, store="float32", **params)
+        em.kernel("keypoint_corners", [p], cells + weights, one, name, store=F32, **params)
     else:
         for step in KERNELS["keypoint_corners"].composed([p], cells + weights, params):
-            em.emit(step["op"], step["inputs"], step["output"], one, name, store="float32",
-                    out_shape=one.device_shape, **step["args"])
-    table = call("ttnn.to_layout", [table], "table_rm", em.dtypes.get(desc, "bfloat16"), out_shape=[1, 1, hc * wc, c],
-                 layout="ROW_MAJOR_LAYOUT")
-    table = call("ttnn.reshape", [table], "table", em.dtypes.get(desc, "bfloat16"), out_shape=[hc * wc, c],
+            em.emit(step["op"], step["inputs"], step["output"], one, name, store=F32,
+                    out_shape=one.device_shape, **decode_args(step["args"]))
+    table = call("ttnn.to_layout", [table], "table_rm", desc_format, out_shape=[1, 1, hc * wc, c],
+                 layout=PageLayout.ROW_MAJOR)
+    table = call("ttnn.reshape", [table], "table", desc_format, out_shape=[hc * wc, c],
                  shape=[hc * wc, c])
     gathered = []
     for tag, cell_no in zip(CORNERS, cells):
-        ids = call("ttnn.typecast", [cell_no], f"ids{tag}", "uint32", dtype="uint32")
-        ids = call("ttnn.to_layout", [ids], f"ids{tag}_rm", "uint32", layout="ROW_MAJOR_LAYOUT")
-        ids = call("ttnn.reshape", [ids], f"ids{tag}_row", "uint32", out_shape=[1, k], shape=[1, k])
-        gathered.append(call("ttnn.embedding", [ids, table], f"desc{tag}", em.dtypes.get(desc, "bfloat16"),
-                             out_shape=[1, k, c], layout="TILE_LAYOUT"))
+        ids = call("ttnn.typecast", [cell_no], f"ids{tag}", U32, dtype=U32)
+        ids = call("ttnn.to_layout", [ids], f"ids{tag}_rm", U32, layout=PageLayout.ROW_MAJOR)
+        ids = call("ttnn.reshape", [ids], f"ids{tag}_row", U32, out_shape=[1, k], shape=[1, k])
+        gathered.append(call("ttnn.embedding", [ids, table], f"desc{tag}", desc_format,
+                             out_shape=[1, k, c], layout=PageLayout.TILE))
     # weighted sum and L2 norm, stored in bfloat16 (kernels/keypoints.py): one kernel, or its calls
     out = f"{name}/descriptors"
     if em.kernels:
-        em.kernel("descriptor_blend", gathered + weights, [out], one, name, store="bfloat16", k=k, c=c)
+        em.kernel("descriptor_blend", gathered + weights, [out], one, name, store=BF16, k=k, c=c)
     else:
         for step in KERNELS["descriptor_blend"].composed(gathered + weights, [out], {"k": k, "c": c}):
-            em.emit(step["op"], step["inputs"], step["output"], one, name, store=step["dtype"],
-                    out_shape=step["shape"], **step["args"])
+            em.emit(step["op"], step["inputs"], step["output"], one, name, store=DataFormat.parse(step["dtype"]),
+                    out_shape=step["shape"], **decode_args(step["args"]))
     outputs = [DeviceTensor(values, [1, k], [1, 1, 1, k]), DeviceTensor(positions, [1, k], [1, 1, 1, k]),
                DeviceTensor(out, [1, k, c], [1, k, c])]
     attrs = {k: v for k, v in n.attrs.items() if k in KEYPOINT_ATTRS} | {"height": h, "width": w}

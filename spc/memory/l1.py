@@ -17,9 +17,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from spc.ttnn.memory import MemoryConfig
+from spc.ttnn.formats import DataFormat
+from spc.ttnn.memory import L1_FULL, BlockMemory, BufferType
 
-TILE_BYTES = {"float32": 4096, "bfloat16": 2048, "bfloat8_b": 1088, "bfloat4_b": 576, "uint32": 4096, "uint16": 2048}
+F32, BF16 = DataFormat.FLOAT32, DataFormat.BFLOAT16
 L1_ALIGN = 16
 
 
@@ -125,8 +126,8 @@ class ConvSpec:
     cout: int
     groups: int
     bias: bool
-    weights_dtype: str
-    output_dtype: str
+    weights_dtype: DataFormat
+    output_dtype: DataFormat
     fp32_dest_acc: bool
     packer_l1_acc: bool
     input_tiled: bool  # the input is a TILE tensor (a conv output), not row-major (the host image, a pool)
@@ -143,17 +144,17 @@ def _conv_cbs(spec: ConvSpec, w: Window, cin_p: int, mt: int, abh: int) -> int:
     abw = round_up(cin_p * kw, 32) // 32
     wbw = round_up(spec.cout, 32) // 32
     nbh = mt // abh
-    w_tile, out_tile = TILE_BYTES[spec.weights_dtype], TILE_BYTES[spec.output_dtype]
-    in_tile = TILE_BYTES["bfloat16"]  # the halo output is bf16 whatever the input format
+    w_tile, out_tile = spec.weights_dtype.tile_bytes, spec.output_dtype.tile_bytes
+    in_tile = BF16.tile_bytes  # the halo output is bf16 whatever the input format
     weights = w_tile * wbw * abw * (kh if nbh > 1 else 1)
     act = in_tile * abh * abw
     tilized = out_tile * abh * abw
     bias = w_tile * wbw if spec.bias else 0
     k_blocks = kh  # K is read one kernel row at a time
     l1_acc = spec.packer_l1_acc and ((spec.bias and k_blocks > 1) or k_blocks > 2)
-    partial = ("float32" if spec.fp32_dest_acc else "bfloat16") if l1_acc else spec.output_dtype
+    partial = (F32 if spec.fp32_dest_acc else BF16) if l1_acc else spec.output_dtype
     # partials (one activation block's) share the output buffer when they are in its format
-    partials = 0 if partial == spec.output_dtype else TILE_BYTES[partial] * abh * wbw
+    partials = 0 if partial is spec.output_dtype else partial.tile_bytes * abh * wbw
     return weights + act + tilized + bias + partials + 64
 
 
@@ -164,13 +165,13 @@ def act_block_tiles(mt: int, override: int) -> int:
     return max(d for d in range(1, override + 1) if mt % d == 0)
 
 
-def conv_l1(spec: ConvSpec, mem: MemoryConfig, grid_cores: int, input_cores: int | None = None,
+def conv_l1(spec: ConvSpec, mem: BlockMemory, grid_cores: int, input_cores: int | None = None,
             input_in_dram: bool = False) -> L1Use:
     """One core's L1 for ``ttnn.conv2d`` under ``mem``. ``input_cores``: the core count of an
     input already height-sharded in L1 (ttnn keeps it); otherwise ttnn's own choice. An input in
     DRAM on the L1 path is staged into L1 shards first."""
     w = spec.window
-    if mem.path == "dram":
+    if mem.path is BufferType.DRAM:
         return _conv_dram(spec, mem, grid_cores)
     align = 32 if spec.input_tiled else 8
     cin_p = round_up(w.c, align)
@@ -180,7 +181,7 @@ def conv_l1(spec: ConvSpec, mem: MemoryConfig, grid_cores: int, input_cores: int
     rows = round_up(w.out_nhw, ncores * 32 * (1 if input_cores else mult)) // ncores
     mt = rows // 32
     wbw = round_up(spec.cout, 32) // 32
-    output = mt * wbw * TILE_BYTES[spec.output_dtype]
+    output = mt * wbw * spec.output_dtype.tile_bytes
     if spec.is_matmul:
         # ttnn.linear on the sharded input: buffers are the output and the weights block
         return L1Use(0, output, 0, ncores, rows)
@@ -218,15 +219,15 @@ def slice_windows(w: Window, dim: str, n: int, tiled_output: bool = True) -> lis
     return windows
 
 
-def _conv_dram(spec: ConvSpec, mem: MemoryConfig, grid_cores: int) -> L1Use:
+def _conv_dram(spec: ConvSpec, mem: BlockMemory, grid_cores: int) -> L1Use:
     """DRAM slicing: each slice is read into an L1 shard (channels aligned to 8), convolved as
     above, written back; the slice's input is freed after its halo (conv2d.cpp Conv2dSliceAttr)."""
     worst: L1Use | None = None
     worst_peak = -1
-    for sw in slice_windows(spec.window, mem.slice_dim, mem.slices):
+    for sw in slice_windows(spec.window, mem.slicing.type.dim, mem.slices):
         s = ConvSpec(sw, spec.cout, spec.groups, spec.bias, spec.weights_dtype, spec.output_dtype,
                      spec.fp32_dest_acc, spec.packer_l1_acc, input_tiled=False)
-        use = conv_l1(s, MemoryConfig("l1", mem.act_block_h), grid_cores)
+        use = conv_l1(s, BlockMemory(L1_FULL, mem.act_block_h), grid_cores)
         cin_p = round_up(sw.c, 8)
         in_rows = round_up(sw.n * sw.h * sw.w, use.cores) // use.cores
         sliced = L1Use(use.cb, use.output, use.halo, use.cores, use.shard_rows, False, in_rows * cin_p * 2)
@@ -244,14 +245,14 @@ class PoolSpec:
     output_in_l1: bool  # the L1 path's output stays in L1 (else it is written to DRAM)
 
 
-def pool_l1(spec: PoolSpec, mem: MemoryConfig, grid_cores: int, input_cores: int | None = None,
+def pool_l1(spec: PoolSpec, mem: BlockMemory, grid_cores: int, input_cores: int | None = None,
             _sliced: bool = False) -> L1Use:
     """One core's L1 for ``ttnn.max_pool2d`` (height-sharded, row-major output) and the halo op
     before it (pool_multi_core_program_factory.cpp); on the DRAM path, its worst slice."""
-    if mem.path == "dram":
+    if mem.path is BufferType.DRAM:
         worst: L1Use | None = None
-        for sw in slice_windows(spec.window, mem.slice_dim, mem.slices, tiled_output=False):
-            use = pool_l1(PoolSpec(sw, spec.input_tiled, False, False), MemoryConfig(), grid_cores, _sliced=True)
+        for sw in slice_windows(spec.window, mem.slicing.type.dim, mem.slices, tiled_output=False):
+            use = pool_l1(PoolSpec(sw, spec.input_tiled, False, False), BlockMemory(), grid_cores, _sliced=True)
             if worst is None or use.peak > worst.peak:
                 worst = use
         assert worst is not None
@@ -278,8 +279,8 @@ def pool_l1(spec: PoolSpec, mem: MemoryConfig, grid_cores: int, input_cores: int
     return L1Use(max(pool_cbs, halo_cbs), out, halo, ncores, rows, spec.output_in_l1, staged)
 
 
-def tensor_per_core(values: int, channels: int, dtype: str, cores: int) -> int:
+def tensor_per_core(values: int, channels: int, dtype: DataFormat, cores: int) -> int:
     """An L1 tensor sharded over ``cores`` by rows, tiled: bytes on one core."""
     rows = round_up(values // max(channels, 1), cores * 32) // cores
-    return rows // 32 * (round_up(channels, 32) // 32) * TILE_BYTES[dtype]
+    return rows // 32 * (round_up(channels, 32) // 32) * dtype.tile_bytes
 

@@ -2,8 +2,9 @@
 
 :func:`place` replays one op's allocations on a :class:`~spc.memory.ledger.Ledger` in ttnn's
 order (staged input, halo, output, then the program's circular buffers against the lowest live
-tensor) and frees what is dead after it. :func:`walk` does that for every call of a lowered
-program; the choose-memory-config pass does it for IR nodes while it chooses.
+tensor) and frees what is dead after it. :class:`Walk` does that call by call over a lowered
+program (the planner steps it while it chooses; :func:`walk` runs it to the end for the fit
+check, the predicted time and `spc inspect`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from spc.memory.l1 import ConvSpec, L1Use, PoolSpec, Window, conv_l1, pool_l1, tensor_per_core
 from spc.memory.ledger import Ledger
 from spc.plan.program import Program, TtOp, numel
-from spc.ttnn.memory import MemoryConfig
+from spc.ttnn.memory import L1_FULL, BlockMemory, BufferType
 from spc.ttnn.targets import Target
 
 
@@ -71,9 +72,25 @@ def try_place(ledger: Ledger, name: str, use: L1Use) -> Placed:
     return place(ledger.copy(), name, use)
 
 
-def op_memory(args: dict) -> MemoryConfig:
-    abh = int(args.get("conv_config", {}).get("act_block_h_override", 0))
-    return MemoryConfig.from_slice_config(args.get("slice_config"), abh)
+def op_memory(op: TtOp) -> BlockMemory:
+    """The memory configuration a conv or pool call runs in (its slicing, its activation block)."""
+    conv = op.args.get("conv_config")
+    return BlockMemory(op.args.get("slice_config", L1_FULL), conv.act_block_tiles if conv is not None else 0)
+
+
+def block_memory(program: Program) -> dict[str, BlockMemory]:
+    """Each conv or pool block's configuration, as its first call runs."""
+    out: dict[str, BlockMemory] = {}
+    for op in program.device_ops:
+        if op.op in ("ttnn.conv2d", "ttnn.max_pool2d") and op.block not in out:
+            out[op.block] = op_memory(op)
+    return out
+
+
+def writes_dram(op: TtOp) -> bool:
+    """The call is told to put its result in DRAM."""
+    memory = op.args.get("memory_config")
+    return memory is not None and memory.buffer is BufferType.DRAM
 
 
 def conv_spec(op: TtOp, input_tiled: bool) -> ConvSpec:
@@ -82,8 +99,8 @@ def conv_spec(op: TtOp, input_tiled: bool) -> ConvSpec:
     win = Window(a["batch_size"], a["input_height"], a["input_width"], a["in_channels"], tuple(a["kernel_size"]),
                  tuple(a["stride"]), (p[0], p[1], p[2], p[3]), tuple(a["dilation"]))
     cc = a["compute_config"]
-    return ConvSpec(win, a["out_channels"], a["groups"], "bias_tensor" in op.weights, a["conv_config"]["weights_dtype"],
-                    a["dtype"], cc["fp32_dest_acc_en"], cc["packer_l1_acc"], input_tiled)
+    return ConvSpec(win, a["out_channels"], a["groups"], "bias_tensor" in op.weights, a["conv_config"].weights_dtype,
+                    a["dtype"], cc.fp32_dest_acc_en, cc.packer_l1_acc, input_tiled)
 
 
 def pool_spec(op: TtOp, src: Resident) -> PoolSpec:
@@ -91,7 +108,7 @@ def pool_spec(op: TtOp, src: Resident) -> PoolSpec:
     p = a["padding"]
     win = Window(a["batch_size"], a["input_h"], a["input_w"], a["channels"], tuple(a["kernel_size"]),
                  tuple(a["stride"]), (p[0], p[0], p[1], p[1]), tuple(a["dilation"]))
-    return PoolSpec(win, src.tiled, src.bytes > 0, a.get("memory_config") != "DRAM_INTERLEAVED")
+    return PoolSpec(win, src.tiled, src.bytes > 0, not writes_dram(op))
 
 
 def topk_buffers(k: int) -> int:
@@ -104,14 +121,14 @@ def topk_buffers(k: int) -> int:
 def op_use(op: TtOp, src: Resident, target: Target) -> tuple[L1Use, Resident]:
     """The L1 model of one ttnn call, and where its output ends up."""
     if op.op == "ttnn.conv2d":
-        use = conv_l1(conv_spec(op, src.tiled), op_memory(op.args), target.cores, src.cores if src.bytes else None,
+        use = conv_l1(conv_spec(op, src.tiled), op_memory(op), target.cores, src.cores if src.bytes else None,
                       input_in_dram=not src.bytes)
         return use, Resident(use.output, use.cores, True) if use.output_in_l1 else Resident(0, None, True)
     if op.op == "ttnn.max_pool2d":
-        use = pool_l1(pool_spec(op, src), op_memory(op.args), target.cores, src.cores)
+        use = pool_l1(pool_spec(op, src), op_memory(op), target.cores, src.cores)
         return use, Resident(use.output, use.cores, False) if use.output_in_l1 else DRAM_RM
     # element-wise, reductions, reshapes: stay where their input is
-    in_l1 = src.bytes > 0 and op.args.get("memory_config") != "DRAM_INTERLEAVED"
+    in_l1 = src.bytes > 0 and not writes_dram(op)
     cb = BINARY_CB if len(op.inputs) > 1 else 0
     if op.op == "ttnn.topk":
         cb = topk_buffers(int(op.args["k"]))
@@ -121,16 +138,59 @@ def op_use(op: TtOp, src: Resident, target: Target) -> tuple[L1Use, Resident]:
     return L1Use(cb, size, 0, cores, 0, in_l1), Resident(size, src.cores if in_l1 else None, tiled)
 
 
-def walk(program: Program, target: Target, keep: set[str] | None = None) -> list[Placed]:
-    """Every call of ``program``, placed in order, as the runtime frees tensors (Program.frees)."""
-    ledger = Ledger(target)
-    where: dict[str, Resident] = {t.name: DRAM_RM for t in program.device_inputs}
-    frees = program.frees(keep if keep is not None else {t.name for t in program.device_outputs})
-    out = []
-    for op, dead in zip(program.device_ops, frees):
-        src = where.get(op.inputs[0], DRAM_RM) if op.inputs else DRAM_RM
-        use, where[op.output] = op_use(op, src, target)
-        out.append(place(ledger, op.output, use, dead))
+@dataclass(frozen=True)
+class CallRecord:
+    """One call as the device runs it: where its input was, its L1 at its peak, its time."""
+
+    op: TtOp
+    source: Resident
+    placed: Placed
+    seconds: float
+
+    @property
+    def values(self) -> int:
+        return numel(self.op.shape)
+
+
+class Walk:
+    """Calls placed in order on one core's ledger, tensors freed after their last reader
+    (Program.frees): the one model of a program's L1 and time, which the planner drives call by
+    call, and which fit checking, the predicted time and `spc inspect` read."""
+
+    def __init__(self, program: Program, target: Target, keep: set[str] | None = None) -> None:
+        self.program, self.target = program, target
+        self.ledger = Ledger(target)
+        self.where: dict[str, Resident] = {t.name: DRAM_RM for t in program.device_inputs}
+        self.sizes: dict[str, float] = {t.name: numel(t.device_shape) * 2.0 for t in program.device_inputs}
+        self.frees = program.frees(keep if keep is not None else {t.name for t in program.device_outputs})
+        self.records: list[CallRecord] = []
+
+    def source(self, op: TtOp) -> Resident:
+        return self.where.get(op.inputs[0], DRAM_RM) if op.inputs else DRAM_RM
+
+    def step(self, op: TtOp, dead: list[str]) -> CallRecord:
+        from spc.memory.cost import call_seconds, output_bytes
+
+        src = self.source(op)
+        use, self.where[op.output] = op_use(op, src, self.target)
+        seconds = call_seconds(op, src, use, sum(self.sizes.get(i, 0.0) for i in op.inputs), self.target)
+        self.sizes[op.output] = output_bytes(op)
+        record = CallRecord(op, src, place(self.ledger, op.output, use, dead), seconds)
         for name in dead:
-            where.pop(name, None)
-    return out
+            self.where.pop(name, None)
+        self.records.append(record)
+        return record
+
+    def run(self) -> list[CallRecord]:
+        for op, dead in zip(self.program.device_ops, self.frees):
+            self.step(op, dead)
+        return self.records
+
+
+def walk(program: Program, target: Target, keep: set[str] | None = None) -> list[CallRecord]:
+    """Every call of ``program``, placed in order (:class:`Walk`)."""
+    return Walk(program, target, keep).run()
+
+
+def predicted_ms(records: list[CallRecord]) -> float:
+    return 1e3 * sum(r.seconds for r in records)

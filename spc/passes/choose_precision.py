@@ -50,5 +50,5 @@ class ChoosePrecision(Pass):
                 n.attrs.update(p.as_attrs())
                 counts[p.short()] = counts.get(p.short(), 0) + 1
             else:
-                n.attrs["output_dtype"] = p.output_dtype
+                n.attrs["output_dtype"] = p.output_dtype.value
         return PassResult(True, {"preset": plan.preset, **counts})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from spc.passes.choose_memory_config import ChooseMemoryConfig
 from spc.passes.choose_precision import ChoosePrecision
 from spc.passes.eliminate_dead_code import EliminateDeadCode
 from spc.passes.fold_batchnorm import FoldBatchNorm
@@ -32,7 +31,6 @@ def default_pipeline() -> list[Pass]:
         PartitionHostDevice(),
         FuseKeypoints(),
         ChoosePrecision(),
-        ChooseMemoryConfig(),
     ]
 
 

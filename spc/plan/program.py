@@ -8,8 +8,10 @@ Three stages, run in order by the runtime:
   on tensors in ttnn's ``[1, 1, N*H*W, C]`` layout;
 * ``host_post``: IR nodes run on the host on what the device returns (NonZero, GridSample ...).
 
-Everything is plain JSON (ints, floats, strings, lists); tensors are referenced by name and
-live in the plan's safetensors file.
+In memory a call's arguments are typed (ttnn/: DataFormat, MemoryConfig, SliceConfig,
+Conv2dConfig, ComputeConfig, PageLayout); on disk they are plain JSON (ints, floats, strings,
+lists), written and read by :func:`encode` and :func:`decode_args` here and nowhere else. Tensors
+are referenced by name and live in the plan's safetensors file.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from spc.ttnn.configs import ComputeConfig, Conv2dConfig, PageLayout
+from spc.ttnn.formats import DataFormat
 from spc.ttnn.layout import Layout, layout_of
+from spc.ttnn.memory import MemoryConfig, SliceConfig
 
 
 @dataclass
@@ -51,11 +56,11 @@ class TtOp:
     args: dict[str, Any] = field(default_factory=dict)
     weights: dict[str, str] = field(default_factory=dict)
     source: str = ""  # the IR node this call comes from
-    dtype: str = "bfloat16"  # how the output is stored on the device
-    block: str = ""  # the precision block of that node (ir/precision.py)
+    dtype: DataFormat = DataFormat.BFLOAT16  # how the output is stored on the device
+    block: str = ""  # the precision block of that node (ttnn/precision.py)
     shape: list[int] = field(default_factory=list)  # the output, in ttnn's device layout
     extra_outputs: list[str] = field(default_factory=list)  # further results (ttnn.topk's indices)
-    extra_dtypes: list[str] = field(default_factory=list)  # and their formats
+    extra_dtypes: list[DataFormat] = field(default_factory=list)  # and their formats
 
     @property
     def results(self) -> list[str]:
@@ -68,6 +73,24 @@ class TtOp:
             env.update(zip(self.results, result))
         else:
             env[self.output] = result
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "inputs": list(self.inputs), "output": self.output, "args": encode(self.args),
+                "weights": dict(self.weights), "source": self.source, "dtype": self.dtype.value, "block": self.block,
+                "shape": list(self.shape), "extra_outputs": list(self.extra_outputs),
+                "extra_dtypes": [d.value for d in self.extra_dtypes]}
+
+    @staticmethod
+    def from_step(step: dict[str, Any], source: str, block: str) -> TtOp:
+        """One of the stock calls a fused kernel replaces (``args["composed"]``: kernels/), as a call."""
+        return TtOp.from_json({**step, "source": source, "block": block})
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> TtOp:
+        return TtOp(d["op"], list(d["inputs"]), d["output"], decode_args(d.get("args", {})), dict(d.get("weights", {})),
+                    d.get("source", ""), DataFormat.parse(d.get("dtype", "bfloat16")), d.get("block", ""),
+                    list(d.get("shape", [])), list(d.get("extra_outputs", [])),
+                    [DataFormat.parse(x) for x in d.get("extra_dtypes", [])])
 
 
 def numel(shape: list[int]) -> int:
@@ -99,7 +122,7 @@ class DeviceConstant:
     name: str
     weight: str
     device_shape: list[int]
-    dtype: str = "bfloat16"
+    dtype: DataFormat = DataFormat.BFLOAT16
 
 
 @dataclass
@@ -137,29 +160,42 @@ class Program:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return encode(asdict(self))
+        d = {k: v for k, v in asdict(self).items() if k != "device_ops"}
+        d["device_ops"] = [op.to_json() for op in self.device_ops]
+        return encode(d)
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> Program:
-        d = decode(d)
+        ops = [TtOp.from_json(o) for o in d["device_ops"]]
+        d = decode({k: v for k, v in d.items() if k != "device_ops"})
         return Program(
             inputs=[TensorSpec(**t) for t in d["inputs"]],
             outputs=[TensorSpec(**t) for t in d["outputs"]],
             host_pre=[HostNode(**n) for n in d["host_pre"]],
             device_inputs=[DeviceTensor(**t) for t in d["device_inputs"]],
-            device_ops=[TtOp(**o) for o in d["device_ops"]],
+            device_ops=ops,
             device_outputs=[DeviceTensor(**t) for t in d["device_outputs"]],
             host_post=[HostNode(**n) for n in d["host_post"]],
             probes={k: DeviceTensor(**v) for k, v in d.get("probes", {}).items()},
             fallback_outputs=[DeviceTensor(**t) for t in d.get("fallback_outputs", [])],
             fallback_post=[HostNode(**n) for n in d.get("fallback_post", [])],
-            constants=[DeviceConstant(**c) for c in d.get("constants", [])],
+            constants=[DeviceConstant(c["name"], c["weight"], list(c["device_shape"]), DataFormat.parse(c["dtype"]))
+                       for c in d.get("constants", [])],
             roles=d.get("roles", {}),
         )
 
 
 def encode(x: Any) -> Any:
-    """JSON-safe: numpy arrays become {"__array__": dtype, "shape": ..., "data": [...]}."""
+    """JSON-safe: typed call arguments as their ttnn-facing spellings, numpy arrays as
+    {"__array__": dtype, "shape": ..., "data": [...]}."""
+    if isinstance(x, TtOp):
+        return x.to_json()
+    if isinstance(x, (SliceConfig, Conv2dConfig, ComputeConfig)):
+        return x.to_json()
+    if isinstance(x, MemoryConfig):
+        return x.key
+    if isinstance(x, (DataFormat, PageLayout)):
+        return x.value
     if isinstance(x, np.ndarray):
         return {"__array__": x.dtype.name, "shape": list(x.shape), "data": x.reshape(-1).tolist()}
     if isinstance(x, np.generic):
@@ -169,6 +205,20 @@ def encode(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [encode(v) for v in x]
     return x
+
+
+# call arguments read back as types, by their ttnn keyword
+_TYPED_ARGS = {"dtype": DataFormat.parse, "layout": PageLayout, "memory_config": MemoryConfig.from_key,
+               "slice_config": SliceConfig.from_json, "conv_config": Conv2dConfig.from_json,
+               "compute_config": ComputeConfig.from_json}
+
+
+def decode_args(args: dict[str, Any]) -> dict[str, Any]:
+    """A call's arguments from the plan's JSON: the typed ones (_TYPED_ARGS) as their types."""
+    out = {}
+    for k, v in args.items():
+        out[k] = _TYPED_ARGS[k](v) if k in _TYPED_ARGS and v is not None else decode(v)
+    return out
 
 
 def decode(x: Any) -> Any:

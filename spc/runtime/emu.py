@@ -15,6 +15,7 @@ import torch
 from spc.errors import SpcError
 from spc.plan.program import Program, TtOp
 from spc.runtime.emu_ops import EMULATIONS, STORED_BY_EMULATION, prepare_weight
+from spc.ttnn.formats import DataFormat
 from spc.ttnn.numerics import round_storage
 
 
@@ -24,7 +25,8 @@ class _Bound:
     fn: Callable[[list[torch.Tensor]], torch.Tensor]
 
 
-def _stored(result: torch.Tensor | tuple[torch.Tensor, ...], fmt: str) -> torch.Tensor | tuple[torch.Tensor, ...]:
+def _stored(result: torch.Tensor | tuple[torch.Tensor, ...],
+            fmt: DataFormat) -> torch.Tensor | tuple[torch.Tensor, ...]:
     if isinstance(result, tuple):  # a call with several results (a multi-output kernel)
         return tuple(round_storage(r, fmt) for r in result)
     return round_storage(result, fmt)
@@ -44,7 +46,8 @@ class EmuProgram:
             emulation = EMULATIONS.get(op.op)
             if emulation is None:
                 raise SpcError(f"the emu backend cannot run {op.op} (from {op.source})")
-            dtype = op.args.get("conv_config", {}).get("weights_dtype", "bfloat16")
+            conv_config = op.args.get("conv_config")
+            dtype = conv_config.weights_dtype if conv_config is not None else DataFormat.BFLOAT16
             try:
                 bound = {k: prepare_weight(weights[name], dtype) for k, name in op.weights.items()}
             except KeyError as exc:
@@ -56,7 +59,8 @@ class EmuProgram:
             self.calls.append(_Bound(op, fn))
 
     def run(self, inputs: dict[str, np.ndarray], read: list[str]) -> dict[str, np.ndarray]:
-        env = {k: round_storage(torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)), "bfloat16")
+        env = {k: round_storage(torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)),
+                                  DataFormat.BFLOAT16)
                for k, v in inputs.items()}
         env.update(self.constants)
         for call in self.calls:

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from spc.ttnn.configs import Activation
+from spc.ttnn.formats import DataFormat
 from spc.ttnn.numerics import conv2d_device, conv_weight_storage, round_storage
 
 Emulation = Callable[[list[torch.Tensor], dict[str, torch.Tensor], dict[str, Any]], torch.Tensor]
@@ -38,7 +40,7 @@ STORED_BY_EMULATION = {"ttnn.reshape", "ttnn.permute", "ttnn.slice", "ttnn.to_la
                        "ttnn.transpose", "ttnn.pad"}
 
 
-def prepare_weight(array: np.ndarray, dtype: str) -> torch.Tensor:
+def prepare_weight(array: np.ndarray, dtype: DataFormat) -> torch.Tensor:
     """A conv weight [O, I, kh, kw] or bias [O] as the device stores it in ``dtype``."""
     t = torch.from_numpy(np.array(array, dtype=np.float32))  # a writable copy, made once
     if t.ndim == 4:
@@ -62,9 +64,9 @@ def conv2d(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[st
     top, bottom, left, right = a["padding"]
     cc = a["compute_config"]
     y = conv2d_device(x, weights["weight_tensor"], weights.get("bias_tensor"), tuple(a["stride"]),
-                      (left, right, top, bottom), tuple(a["dilation"]), a["groups"], cc["math_fidelity"],
-                      cc["fp32_dest_acc_en"], a["dtype"], cc.get("packer_l1_acc", False))
-    if a["conv_config"].get("activation") == "relu":
+                      (left, right, top, bottom), tuple(a["dilation"]), a["groups"], cc.math_fidelity,
+                      cc.fp32_dest_acc_en, a["dtype"], cc.packer_l1_acc)
+    if a["conv_config"].activation is Activation.RELU:
         y = torch.relu(y)
     return _flat(y)
 

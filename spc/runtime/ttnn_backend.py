@@ -10,7 +10,7 @@
 Both open the same device, a 1x1 mesh with two command queues, and write each frame into
 persistent input tensors. Imports only numpy and ttnn (ttnn 0.81.1 exists for Python 3.10/3.12
 only; see `make mock-env`). Each program call is evaluated from its description
-(lowering/ttnn_calls.py); conv weights go up as float32 host tensors and come back prepared from
+(ttnn/calls.py); conv weights go up as float32 host tensors and come back prepared from
 the first run (return_weights_and_bias), so later runs reuse them, as the hand-written port does.
 The device is closed on every exit path. The calls the runtime itself makes are listed in
 RUNTIME_CALLS, which runtime/ttnn_signatures.py checks against the installed ttnn.
@@ -31,6 +31,7 @@ import numpy as np
 from spc.errors import SpcError
 from spc.plan.program import Program, TtOp
 from spc.ttnn.calls import ARCH, DEVICE, Attr, Call, Ref, Weight, describe
+from spc.ttnn.formats import DataFormat
 from spc.ttnn.targets import L1_SMALL_BYTES
 
 TRACE_REGION_BYTES = 64 << 20  # DRAM for the captured commands; the program has about 130 calls
@@ -98,19 +99,19 @@ class TtnnProgram:
             self.close()
             raise
 
-    def _constant(self, key: str, shape: list[int], dtype: str) -> Any:
+    def _constant(self, key: str, shape: list[int], dtype: DataFormat) -> Any:
         """A program constant on the device, in tiles, in DRAM: put there once, before any frame."""
         t = self.ttnn
         try:
             array = self.weights[key]
         except KeyError:
             raise SpcError(f"plan is missing the constant {key}") from None
-        host = t.Tensor(np.ascontiguousarray(array, dtype=np.float32).reshape(shape), data_type=getattr(t, dtype),
+        host = t.Tensor(np.ascontiguousarray(array, dtype=np.float32).reshape(shape), data_type=getattr(t, dtype.value),
                         layout=t.ROW_MAJOR_LAYOUT)
         dev = self.call("to_device", tensor=host, device=self.device, memory_config=t.DRAM_MEMORY_CONFIG)
         return self.call("to_layout", tensor=dev, layout=t.TILE_LAYOUT)
 
-    # -- evaluating call descriptions (lowering/ttnn_calls.py) ----------------------------------
+    # -- evaluating call descriptions (ttnn/calls.py) ----------------------------------
     def _bind(self, op: TtOp) -> Callable[[dict[str, Any]], Any]:
         if op.op == "spc.kernel":
             return self._bind_kernel(op)
@@ -131,7 +132,7 @@ class TtnnProgram:
             self.kernel_note_given = True
             print("spc: note: kernels run as their composed ttnn calls (TT-Lang kernels are validated in "
                   "tt-lang-sim only)", file=sys.stderr)
-        steps = [TtOp(**{**c, "source": op.source, "block": op.block}) for c in op.args["composed"]]
+        steps = [TtOp.from_step(c, op.source, op.block) for c in op.args["composed"]]
         calls = [(step, self._bind(step)) for step in steps]
 
         def run(env: dict[str, Any]) -> Any:

@@ -67,13 +67,13 @@ def _calls(x: Any) -> list[Call]:
 
 
 def check(program: Program) -> list[str]:
-    """The keywords of every call the program makes (as lowering/ttnn_calls.py describes it,
+    """The keywords of every call the program makes (as ttnn/calls.py describes it,
     i.e. as the backend and emit-py spell it) against the installed ttnn's signatures."""
     import ttnn
 
     problems: list[str] = []
     seen: set[tuple[str, frozenset[str]]] = set()
-    ops = [TtOp(**step) if op.op == "spc.kernel" else op for op in program.device_ops
+    ops = [TtOp.from_step(step, op.source, op.block) if op.op == "spc.kernel" else op for op in program.device_ops
            for step in (op.args["composed"] if op.op == "spc.kernel" else [None])]
     for op in ops:
         for call in _calls(describe(op)):

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spc.plan.io import Plan
+from spc.runtime.inputs import load_input
 from spc.runtime.runner import Runner
-from spc.tools.inputs import load_input
 
 HAND_PORT = {"forward_ms": 2.81, "e2e_fps": 40.7}  # seed-tt-superpoint model card, p150, 480x640
 

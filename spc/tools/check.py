@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 from spc.plan.io import Plan
-from spc.tools.inputs import load_input
+from spc.runtime.inputs import load_input
 from spc.tuning.comparison import Comparison, ImageReport, find_source
 
 

@@ -3,7 +3,7 @@
 The program is what a person would write by hand: one ttnn call per line, in order, named after
 the IR values, each preceded by the precision block it belongs to, tensors freed after their
 last use, conv weights prepared on the first call and reused. Every call is printed from the
-same description the ttnn backend evaluates (lowering/ttnn_calls.py). It reads the weights from
+same description the ttnn backend evaluates (ttnn/calls.py). It reads the weights from
 the plan file and needs numpy, safetensors and ttnn; ``--mock`` uses spc's mock p150 harness.
 """
 
@@ -166,7 +166,7 @@ def emit_py(plan: Plan) -> str:
              '    """The device stage; ``prepared`` keeps conv weights ttnn prepared on the first call."""']
     for c in p.constants:
         lines.append(f"    {identifier(c.name)} = device_constant(device, weights[{json.dumps(c.weight)}], "
-                     f"{[int(d) for d in c.device_shape]}, ttnn.{c.dtype})")
+                     f"{[int(d) for d in c.device_shape]}, {c.dtype.ttnn})")
     block = None
     for i, op in enumerate(p.device_ops):
         if op.block != block:
@@ -175,7 +175,8 @@ def emit_py(plan: Plan) -> str:
         if op.op == "spc.kernel":
             lines.append(f"    # kernel {op.args['kernel']} (TT-Lang; kernels/), as the ttnn calls it replaces")
             for step in op.args["composed"]:
-                lines += statement(identifier(step["output"]), describe(TtOp(**step)), step["output"])
+                lines += statement(identifier(step["output"]), describe(TtOp.from_step(step, op.source, op.block)),
+                                   step["output"])
             lines += [f"    ttnn.deallocate({identifier(step['output'])})" for step in op.args["composed"][:-1]]
             lines += [f"    ttnn.deallocate({identifier(n)})" for n in frees[i]]
             continue

@@ -1,10 +1,10 @@
 """`spc inspect PLAN`: what a plan will do on the device, call by call, and per frame.
 
 Per call: the ttnn op, its precision block, its output (values, format), its memory
-configuration (L1 or DRAM path and slices, as the choose-memory-config pass chose) and shard
+configuration (L1 or DRAM path and slices, as the memory planner chose: memory/planner.py) and shard
 (cores x rows x channels of the output on one core), the L1 its
 busiest core needs while it runs and the room left (memory/residency.py: the L1 model checked
-against ttnn's allocator), and its predicted time and share (lowering/cost.py). Per frame:
+against ttnn's allocator), and its predicted time and share (memory/cost.py). Per frame:
 predicted device time, bytes host-to-device and device-to-host, layout conversions, calls.
 """
 
@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from spc.memory.l1 import L1Use
-from spc.memory.predict import BYTES_PER_VALUE, estimate
-from spc.memory.residency import op_memory, walk
+from spc.memory.residency import op_memory, walk, writes_dram
 from spc.plan.io import Plan
 from spc.plan.program import TtOp, numel
+from spc.ttnn.formats import DataFormat
+from spc.ttnn.memory import BufferType
 from spc.ttnn.targets import get_target
 
 CONVERSIONS = {"ttnn.to_layout", "ttnn.typecast", "ttnn.to_memory_config"}
@@ -56,12 +57,13 @@ class PlanReport:
         return asdict(self)
 
 
-def _memory(args: dict) -> str:
-    if "slice_config" in args:
-        mem = op_memory(args)
-        return "L1 height-sharded" + (f", act_block_h {mem.act_block_h}" if mem.act_block_h else "") \
-            if mem.path == "l1" else f"DRAM, {mem.slices} {mem.slice_dim} slice(s)"
-    return "DRAM" if args.get("memory_config") == "DRAM_INTERLEAVED" else "as input"
+def _memory(op: TtOp) -> str:
+    if "slice_config" in op.args:
+        mem = op_memory(op)
+        if mem.path is BufferType.L1:
+            return "L1 height-sharded" + (f", act_block_h {mem.act_block_h}" if mem.act_block_h else "")
+        return f"DRAM, {mem.slices} {mem.slicing.type.dim} slice(s)"
+    return "DRAM" if writes_dram(op) else "as input"
 
 
 def _shard(op: TtOp, use: L1Use) -> str:
@@ -74,17 +76,17 @@ def _shard(op: TtOp, use: L1Use) -> str:
 def plan_report(plan: Plan) -> PlanReport:
     p = plan.program
     target = get_target(plan.manifest.get("target", "p150"))
-    costs = estimate(p, plan.weights, target)
-    placed = walk(p, target)
-    total = sum(c.seconds for c in costs) or 1.0
+    records = walk(p, target)
+    total = sum(r.seconds for r in records) or 1.0
     dtypes = {op.output: op.dtype for op in p.device_ops}
     dtypes.update({name: dt for op in p.device_ops for name, dt in zip(op.extra_outputs, op.extra_dtypes)})
-    rows = [CallRow(i, f"kernel {c.op.args['kernel']}" if c.op.op == "spc.kernel" else c.op.op,
-                    c.op.block or c.op.source, c.values, c.op.dtype, _memory(c.op.args),
-                    _shard(c.op, m.use), m.total, m.headroom, c.seconds * 1e6, c.seconds / total)
-            for i, (c, m) in enumerate(zip(costs, placed))]
+    rows = [CallRow(i, f"kernel {r.op.args['kernel']}" if r.op.op == "spc.kernel" else r.op.op,
+                    r.op.block or r.op.source, r.values, r.op.dtype.value, _memory(r.op),
+                    _shard(r.op, r.placed.use), r.placed.total, r.placed.headroom, r.seconds * 1e6, r.seconds / total)
+            for i, r in enumerate(records)]
     h2d = sum(numel(t.device_shape) * 2 for t in p.device_inputs)  # uploaded as bf16
-    d2h = sum(int(numel(t.device_shape) * BYTES_PER_VALUE[dtypes.get(t.name, "bfloat16")]) for t in p.device_outputs)
+    d2h = sum(int(numel(t.device_shape) * dtypes.get(t.name, DataFormat.BFLOAT16).bytes_per_value)
+              for t in p.device_outputs)
     preset = plan.manifest.get("options", {}).get("precision", {})
     precision = preset.get("preset", "?") + (f" + {len(preset['rules'])} override(s)" if preset.get("rules") else "")
     macs = plan.manifest.get("macs", {})

@@ -10,8 +10,8 @@ import numpy as np
 from spc.errors import SpcError
 from spc.files import atomic_write
 from spc.plan.io import Plan
+from spc.runtime.inputs import load_input
 from spc.runtime.runner import Runner, RunResult
-from spc.tools.inputs import load_input
 
 
 def output_paths(files: list[Path], output: Path | None, suffix: str) -> list[Path]:

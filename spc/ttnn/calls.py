@@ -17,10 +17,23 @@ A description is made of plain values (ints, bools, lists, None) and these marke
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from spc.errors import SpcError
-from spc.plan.program import TtOp
+from spc.ttnn.configs import Activation, ComputeConfig, Conv2dConfig, PageLayout
+from spc.ttnn.formats import DataFormat, MathFidelity
+from spc.ttnn.memory import MemoryConfig, SliceConfig, SliceType, TensorLayout
+
+
+class CallSpec(Protocol):
+    """What describes a call: a plan's TtOp (plan/program.py)."""
+
+    op: str
+    inputs: list[str]
+    output: str
+    args: dict[str, Any]
+    weights: dict[str, str]
+    source: str
 
 
 @dataclass(frozen=True)
@@ -55,17 +68,6 @@ class Call:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-ENUMS = {"bfloat16": "ttnn.bfloat16", "float32": "ttnn.float32", "bfloat8_b": "ttnn.bfloat8_b",
-         "bfloat4_b": "ttnn.bfloat4_b", "TILE": "ttnn.TILE_LAYOUT", "TILE_LAYOUT": "ttnn.TILE_LAYOUT",
-         "ROW_MAJOR_LAYOUT": "ttnn.ROW_MAJOR_LAYOUT", "HEIGHT_SHARDED": "ttnn.TensorMemoryLayout.HEIGHT_SHARDED",
-         "WIDTH_SHARDED": "ttnn.TensorMemoryLayout.WIDTH_SHARDED",
-         "BLOCK_SHARDED": "ttnn.TensorMemoryLayout.BLOCK_SHARDED",
-         "DRAM_INTERLEAVED": "ttnn.DRAM_MEMORY_CONFIG", "L1_INTERLEAVED": "ttnn.L1_MEMORY_CONFIG",
-         "uint32": "ttnn.uint32", "uint16": "ttnn.uint16"}
-
-
-CONV_CONFIG_ENUMS = {"weights_dtype", "shard_layout", "output_layout"}
-
 # calls spelled fn(input[, other or scalar])
 BINARY = {"eq", "ne", "gt", "ge", "lt", "le", "logical_and", "logical_or", "logical_xor", "multiply", "add",
           "subtract", "divide", "rsub", "maximum", "minimum"}
@@ -76,50 +78,46 @@ UNARY = {"gtz", "logical_not", "rsqrt", "floor", "relu", "sigmoid", "tanh", "exp
 UNARY_KEYWORDS = {"elu": ("alpha",), "celu": ("alpha",), "selu": ("scale", "alpha")}
 
 
-def enum(value: str) -> Attr:
-    try:
-        return Attr(ENUMS[value])
-    except KeyError:
-        raise SpcError(f"no ttnn spelling for {value!r}") from None
+def spell(value: Any) -> Any:
+    """A typed argument as the ttnn attribute it stands for; anything else as it is."""
+    if isinstance(value, (DataFormat, MathFidelity, PageLayout, TensorLayout, MemoryConfig)):
+        return Attr(value.ttnn)
+    if isinstance(value, SliceConfig):
+        if value.type is SliceType.L1_FULL:
+            return Attr("ttnn.Conv2dL1FullSliceConfig")  # an instance, not a class
+        kind = {SliceType.DRAM_HEIGHT: "ttnn.Conv2dDRAMSliceHeight", SliceType.DRAM_WIDTH: "ttnn.Conv2dDRAMSliceWidth"}
+        return Call("ttnn.Conv2dSliceConfig", (), {"slice_type": Attr(kind[value.type]),
+                                                   "num_slices": value.num_slices})
+    if isinstance(value, Activation):
+        return Call("ttnn.UnaryWithParam", (Attr(f"ttnn.UnaryOpType.{value.name}"),))
+    return value
 
 
 def _memory(a: dict[str, Any]) -> dict[str, Any]:
-    return {"memory_config": enum(a["memory_config"])} if a.get("memory_config") else {}
+    return {"memory_config": spell(a["memory_config"])} if a.get("memory_config") else {}
 
 
-def _conv(op: TtOp) -> Call:
+def _conv(op: CallSpec) -> Call:
     a = op.args
-    conv, cc = dict(a["conv_config"]), a["compute_config"]
-    activation = conv.pop("activation", None)
-    # the plan's conv_config is ttnn.Conv2dConfig's keywords, formats and layouts spelled as strings
-    config = {k: enum(v) if k in CONV_CONFIG_ENUMS else v for k, v in conv.items()}
-    if activation == "relu":
-        config["activation"] = Call("ttnn.UnaryWithParam", (Attr("ttnn.UnaryOpType.RELU"),))
-    elif activation is not None:
-        raise SpcError(f"no ttnn spelling for activation {activation!r}")
+    conv: Conv2dConfig = a["conv_config"]
+    cc: ComputeConfig = a["compute_config"]
+    config = {k: spell(v) for k, v in conv.ttnn_kwargs().items() if v is not None}
     compute = Call("ttnn.init_device_compute_kernel_config", (ARCH,),
-                   {"math_fidelity": Attr(f"ttnn.MathFidelity.{cc['math_fidelity']}"),
-                    "fp32_dest_acc_en": cc["fp32_dest_acc_en"], "packer_l1_acc": cc["packer_l1_acc"]})
+                   {"math_fidelity": spell(cc.math_fidelity), "fp32_dest_acc_en": cc.fp32_dest_acc_en,
+                    "packer_l1_acc": cc.packer_l1_acc})
     kwargs: dict[str, Any] = {"input_tensor": Ref(op.inputs[0]), "weight_tensor": Weight(op.weights["weight_tensor"])}
     if "bias_tensor" in op.weights:
         kwargs["bias_tensor"] = Weight(op.weights["bias_tensor"], bias=True)
     kwargs["device"] = DEVICE
     kwargs.update({k: v for k, v in a.items() if k not in ("conv_config", "compute_config", "slice_config", "dtype")})
-    kwargs.update(dtype=enum(a["dtype"]), conv_config=Call("ttnn.Conv2dConfig", (), config),
+    kwargs.update(dtype=spell(a["dtype"]), conv_config=Call("ttnn.Conv2dConfig", (), config),
                   compute_config=compute, return_weights_and_bias=True)
     if "slice_config" in a:
-        kwargs["slice_config"] = _slice(a["slice_config"])
+        kwargs["slice_config"] = spell(a["slice_config"])
     return Call("ttnn.conv2d", (), kwargs)
 
 
-def _slice(s: dict[str, Any]) -> Call | Attr:
-    if s["type"] == "l1_full":
-        return Attr("ttnn.Conv2dL1FullSliceConfig")  # an instance, not a class
-    kind = {"dram_height": "ttnn.Conv2dDRAMSliceHeight", "dram_width": "ttnn.Conv2dDRAMSliceWidth"}[s["type"]]
-    return Call("ttnn.Conv2dSliceConfig", (), {"slice_type": Attr(kind), "num_slices": s["num_slices"]})
-
-
-def describe(op: TtOp) -> Call:
+def describe(op: CallSpec) -> Call:
     """The ttnn call that executes ``op``."""
     a, x = op.args, [Ref(i) for i in op.inputs]
     name = op.op.removeprefix("ttnn.")
@@ -128,16 +126,16 @@ def describe(op: TtOp) -> Call:
     if name == "max_pool2d":
         keys = ("batch_size", "input_h", "input_w", "channels", "kernel_size", "stride", "padding", "dilation",
                 "ceil_mode")
-        slices = {"dram_slice_config": _slice(a["slice_config"])} if "slice_config" in a else {}
+        slices = {"dram_slice_config": spell(a["slice_config"])} if "slice_config" in a else {}
         return Call(op.op, (x[0],), {k: a[k] for k in keys} | _memory(a) | slices)
     if name == "softmax":
         return Call(op.op, (x[0],), {"dim": a["dim"], "numeric_stable": a["numeric_stable"]})
     if name == "slice":  # positional: ttnn's keyword overload (starts/ends/steps) takes exactly 4 dimensions
         return Call(op.op, (x[0], a["starts"], a["ends"], a["steps"]))
     if name == "to_layout":
-        return Call(op.op, (x[0], enum(a["layout"])))
+        return Call(op.op, (x[0], spell(a["layout"])))
     if name == "to_memory_config":
-        return Call(op.op, (x[0], enum(a["memory_config"])))
+        return Call(op.op, (x[0], spell(a["memory_config"])))
     if name == "reshape":
         return Call(op.op, (x[0], a["shape"]), _memory(a))
     if name == "permute":
@@ -158,13 +156,13 @@ def describe(op: TtOp) -> Call:
     if name == "topk":
         return Call(op.op, (x[0], a["k"]), {"dim": a["dim"], "largest": a["largest"], "sorted": a["sorted"]})
     if name == "embedding":
-        return Call(op.op, (x[0], x[1]), {"layout": enum(a["layout"])})
+        return Call(op.op, (x[0], x[1]), {"layout": spell(a["layout"])})
     if name in ("sum", "mean", "max", "min"):
         return Call(op.op, (x[0],), {"dim": a["dim"], "keepdim": a["keepdim"]})
     if name == "clamp":
         return Call(op.op, (x[0],), {k: a[k] for k in ("min", "max") if k in a})
     if name == "typecast":
-        return Call(op.op, (x[0], enum(a["dtype"])))
+        return Call(op.op, (x[0], spell(a["dtype"])))
     if name == "concat":
         return Call(op.op, (list(x),), {"dim": a["dim"]})
     if name == "pad":

@@ -1,70 +1,155 @@
-"""The memory configurations a block can take, spelled as in ``--memory-config`` and the IR.
+"""Memory configurations as types: where a tensor lives, and how a conv or pool runs.
 
-A convolution or a max pool runs one of two ways in ttnn 0.81.1:
+As ttnn (and tt-mlir's MemoryConfigAttr) has them:
 
-* ``l1``: its input height-sharded in L1, halo and circular buffers beside it, output
-  height-sharded in L1 (``Conv2dL1FullSliceConfig``); for a conv, ``act_block_h`` (tiles, 0 =
-  ttnn's default of the whole shard) bounds the activation buffers;
-* ``dram``: input and output in DRAM, the op run over ``slices`` bands of output rows
-  (``Conv2dDRAMSliceHeight``) or columns (``...Width``), each band in L1 on its own.
+* :class:`MemoryConfig`: a buffer type (DRAM or L1) and a tensor layout (interleaved, or
+  height/width/block sharded) — ``ttnn.MemoryConfig``, e.g. ``DRAM_INTERLEAVED``;
+* :class:`SliceConfig`: how ttnn.conv2d and ttnn.max_pool2d go through their output: all at once
+  with the input height-sharded in L1 (``Conv2dL1FullSliceConfig``), or in DRAM over ``num_slices``
+  bands of output rows (``Conv2dDRAMSliceHeight``) or columns (``...Width``), each in L1 on its own;
+* :class:`BlockMemory`: what spc chooses per conv or pool block (memory/planner.py): its slicing
+  and, for a conv, the activation block height in tiles (0: ttnn's default, the whole shard).
+  ``--memory-config BLOCK=SPEC`` spells it ``l1``, ``l1:abh=4``, ``dram:height=2``, ``dram:width=4``.
 
-Spelling (``--memory-config BLOCK=SPEC``, blocks by glob): ``l1``, ``l1:abh=4``, ``dram:height=2``,
-``dram:width=4``.
+The plan stores them in its calls (plan/program.py writes and reads their JSON in one place), the
+call spellings (ttnn/calls.py) turn them into ttnn objects, the L1 model (memory/l1.py) sizes them.
+Nothing parses them back from strings but the command line.
 """
 
 from __future__ import annotations
 
+import enum
 import fnmatch
 from dataclasses import dataclass
 
 from spc.errors import SpcError
 
-SLICE_DIMS = ("height", "width")
+
+class BufferType(enum.Enum):
+    DRAM = "dram"
+    L1 = "l1"
+
+
+class TensorLayout(enum.Enum):
+    INTERLEAVED = "INTERLEAVED"
+    HEIGHT_SHARDED = "HEIGHT_SHARDED"
+    WIDTH_SHARDED = "WIDTH_SHARDED"
+    BLOCK_SHARDED = "BLOCK_SHARDED"
+
+    @property
+    def ttnn(self) -> str:
+        return f"ttnn.TensorMemoryLayout.{self.value}"
 
 
 @dataclass(frozen=True)
 class MemoryConfig:
-    path: str = "l1"  # "l1" | "dram"
-    act_block_h: int = 0  # tiles; 0 = ttnn's default (the whole per-core shard)
-    slice_dim: str = "height"
-    slices: int = 1  # dram path only
+    """Where a tensor lives: ``ttnn.MemoryConfig(layout, buffer_type)``."""
+
+    buffer: BufferType
+    layout: TensorLayout = TensorLayout.INTERLEAVED
+
+    @property
+    def key(self) -> str:
+        """The plan's spelling (``DRAM_INTERLEAVED``), as ttnn names its ready-made configs."""
+        return f"{self.buffer.name}_{self.layout.value}"
+
+    @property
+    def ttnn(self) -> str:
+        if self.layout is not TensorLayout.INTERLEAVED:
+            raise SpcError(f"no ready-made ttnn spelling for {self.key}: a sharded memory config needs a shard spec")
+        return f"ttnn.{self.buffer.name}_MEMORY_CONFIG"
+
+    @staticmethod
+    def from_key(key: str) -> MemoryConfig:
+        buffer, _, layout = key.partition("_")
+        try:
+            return MemoryConfig(BufferType[buffer], TensorLayout(layout))
+        except (KeyError, ValueError):
+            raise ValueError(f"memory config {key!r} is not one of DRAM_INTERLEAVED, L1_INTERLEAVED, ...") from None
+
+
+DRAM_INTERLEAVED = MemoryConfig(BufferType.DRAM)
+L1_INTERLEAVED = MemoryConfig(BufferType.L1)
+
+
+class SliceType(enum.Enum):
+    L1_FULL = "l1_full"
+    DRAM_HEIGHT = "dram_height"
+    DRAM_WIDTH = "dram_width"
+
+    @property
+    def dim(self) -> str:
+        """The output dimension a DRAM slicing cuts ("height" or "width")."""
+        return self.value.removeprefix("dram_")
+
+
+@dataclass(frozen=True)
+class SliceConfig:
+    type: SliceType = SliceType.L1_FULL
+    num_slices: int = 1
 
     def __post_init__(self) -> None:
-        if self.path not in ("l1", "dram"):
-            raise SpcError(f"memory path {self.path!r} is not l1 or dram")
-        if self.slice_dim not in SLICE_DIMS or self.slices < 1 or self.act_block_h < 0:
+        if self.num_slices < 1 or (self.type is SliceType.L1_FULL and self.num_slices != 1):
+            raise SpcError(f"slice configuration {self} is not valid")
+
+    @property
+    def in_dram(self) -> bool:
+        return self.type is not SliceType.L1_FULL
+
+    def to_json(self) -> dict[str, object]:
+        if self.type is SliceType.L1_FULL:
+            return {"type": self.type.value}
+        return {"type": self.type.value, "num_slices": self.num_slices}
+
+    @staticmethod
+    def from_json(d: dict) -> SliceConfig:
+        return SliceConfig(SliceType(d["type"]), int(d.get("num_slices", 1)))
+
+
+L1_FULL = SliceConfig()
+SLICE_DIMS = {"height": SliceType.DRAM_HEIGHT, "width": SliceType.DRAM_WIDTH}
+
+
+@dataclass(frozen=True)
+class BlockMemory:
+    """A conv or pool block's memory configuration: its slicing and activation block (tiles)."""
+
+    slicing: SliceConfig = L1_FULL
+    act_block_h: int = 0
+
+    def __post_init__(self) -> None:
+        if self.act_block_h < 0:
             raise SpcError(f"memory configuration {self} is not valid")
 
     @property
-    def slice_config(self) -> dict[str, object]:
-        """As the lowered program records it (lowering/ttnn_calls.py spells it for ttnn)."""
-        if self.path == "l1":
-            return {"type": "l1_full"}
-        return {"type": f"dram_{self.slice_dim}", "num_slices": self.slices}
+    def path(self) -> BufferType:
+        return BufferType.DRAM if self.slicing.in_dram else BufferType.L1
+
+    @property
+    def slices(self) -> int:
+        return self.slicing.num_slices
 
     @staticmethod
-    def from_slice_config(s: dict | None, act_block_h_override: int = 0) -> MemoryConfig:
-        s = s or {"type": "l1_full"}
-        if s["type"] == "l1_full":
-            return MemoryConfig("l1", act_block_h_override // 32)
-        return MemoryConfig("dram", act_block_h_override // 32, s["type"].removeprefix("dram_"), int(s["num_slices"]))
+    def dram(dim: str, slices: int, act_block_h: int = 0) -> BlockMemory:
+        return BlockMemory(SliceConfig(SLICE_DIMS[dim], slices), act_block_h)
 
     def spell(self) -> str:
-        if self.path == "dram":
-            return f"dram:{self.slice_dim}={self.slices}"
+        if self.slicing.in_dram:
+            return f"dram:{self.slicing.type.dim}={self.slices}"
         return f"l1:abh={self.act_block_h}" if self.act_block_h else "l1"
 
 
-def parse(spec: str) -> MemoryConfig:
-    """``l1``, ``l1:abh=4``, ``dram:height=2``, ``dram:width=4``."""
+def parse(spec: str) -> BlockMemory:
+    """``l1``, ``l1:abh=4``, ``dram:height=2``, ``dram:width=4``: the command line's spelling."""
     s = spec.strip()
     try:
         path, _, rest = s.partition(":")
         if path == "l1" and (not rest or rest.startswith("abh=")):
-            return MemoryConfig("l1", int(rest.removeprefix("abh=")) if rest else 0)
+            return BlockMemory(L1_FULL, int(rest.removeprefix("abh=")) if rest else 0)
         if path == "dram":
             dim, _, n = (rest or "height=1").partition("=")
-            return MemoryConfig("dram", 0, dim, int(n or 1))
+            if dim in SLICE_DIMS:
+                return BlockMemory.dram(dim, int(n or 1))
     except (ValueError, SpcError):
         pass
     raise SpcError(f"memory configuration {spec!r}: expected l1, l1:abh=N, dram:height=N or dram:width=N")
@@ -74,7 +159,7 @@ def parse(spec: str) -> MemoryConfig:
 class MemoryOverrides:
     """``--memory-config`` rules, in order; the last matching rule wins."""
 
-    rules: tuple[tuple[str, MemoryConfig], ...] = ()
+    rules: tuple[tuple[str, BlockMemory], ...] = ()
 
     @staticmethod
     def from_cli(items: tuple[str, ...] | list[str]) -> MemoryOverrides:
@@ -87,7 +172,7 @@ class MemoryOverrides:
             rules.append((block.strip(), parse(spec)))
         return MemoryOverrides(tuple(rules))
 
-    def for_block(self, block: str) -> MemoryConfig | None:
+    def for_block(self, block: str) -> BlockMemory | None:
         found = None
         for pattern, mem in self.rules:
             if fnmatch.fnmatchcase(block, pattern):

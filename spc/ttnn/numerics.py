@@ -25,9 +25,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-FIDELITY_PHASES = {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
-# magnitude bits of each block-float format
-BLOCK_FLOAT_BITS = {"bfloat8_b": 7, "bfloat4_b": 3}
+from spc.ttnn.formats import DataFormat, MathFidelity
+
 FACE_ROW = 16
 _MIN_NORMAL = 2.0**-126
 
@@ -39,9 +38,9 @@ def round_bf16(x: torch.Tensor) -> torch.Tensor:
     return (bits * normal).view(torch.bfloat16).to(torch.float32)
 
 
-def round_block_float(x: torch.Tensor, fmt: str) -> torch.Tensor:
+def round_block_float(x: torch.Tensor, fmt: DataFormat) -> torch.Tensor:
     """bfloat8_b / bfloat4_b storage of ``x`` (groups of 16 along the last dim); float32 out."""
-    bits = BLOCK_FLOAT_BITS[fmt]
+    bits = fmt.block_float_bits
     c = x.shape[-1]
     pad = (-c) % FACE_ROW
     rows = F.pad(x.to(torch.float32), (0, pad)).reshape(*x.shape[:-1], -1, FACE_ROW)
@@ -56,15 +55,15 @@ def round_block_float(x: torch.Tensor, fmt: str) -> torch.Tensor:
     return out.reshape(*x.shape[:-1], c + pad)[..., :c]
 
 
-def round_storage(x: torch.Tensor, fmt: str) -> torch.Tensor:
-    """A tensor stored on the device in ``fmt`` ("float32", "bfloat16", "bfloat8_b", "bfloat4_b")."""
-    if fmt == "float32":
+def round_storage(x: torch.Tensor, fmt: DataFormat) -> torch.Tensor:
+    """A tensor stored on the device in ``fmt``."""
+    if fmt is DataFormat.FLOAT32:
         return x.to(torch.float32)  # fp32 denormals would flush too; values this small never occur here
-    if fmt in ("uint32", "uint16"):
+    if fmt in (DataFormat.UINT32, DataFormat.UINT16):
         return torch.round(x.to(torch.float32))  # indices: whole numbers, held exactly in float32 here
-    if fmt == "bfloat16":
+    if fmt is DataFormat.BFLOAT16:
         return round_bf16(x)
-    if fmt in BLOCK_FLOAT_BITS:
+    if fmt.block_float_bits:
         return round_block_float(x, fmt)
     raise ValueError(f"unknown device data format {fmt!r}")
 
@@ -79,7 +78,7 @@ def truncate_mantissa(x: torch.Tensor, keep: int) -> torch.Tensor:
 A_HI_BITS, B_HI_BITS = 4, 6
 
 
-def operand_phases(a: torch.Tensor, b: torch.Tensor, fidelity: str,
+def operand_phases(a: torch.Tensor, b: torch.Tensor, fidelity: MathFidelity,
                    merged: bool = True) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The (SrcA part, SrcB part) pairs whose products the engine sums at ``fidelity``.
 
@@ -87,7 +86,7 @@ def operand_phases(a: torch.Tensor, b: torch.Tensor, fidelity: str,
     A x B-hi), so a linear op (matmul, conv) runs at most two; without, one pair per phase, in
     the engine's order, for when each phase's partial is rounded on its own.
     """
-    phases = FIDELITY_PHASES[fidelity]
+    phases = fidelity.phases
     a_hi = truncate_mantissa(a, A_HI_BITS)
     b_hi = truncate_mantissa(b, B_HI_BITS)
     if not merged:
@@ -102,18 +101,18 @@ def operand_phases(a: torch.Tensor, b: torch.Tensor, fidelity: str,
     return [(a, b)]
 
 
-def conv_weight_storage(w: torch.Tensor, fmt: str) -> torch.Tensor:
+def conv_weight_storage(w: torch.Tensor, fmt: DataFormat) -> torch.Tensor:
     """Conv weights [O, I, kh, kw] as the device stores them: ttnn tilises a [K, N] matrix with
     N = output channels, so a block-float face row is 16 consecutive output channels of one tap
     (prepare_conv2d_weights.cpp)."""
-    if fmt in BLOCK_FLOAT_BITS:
+    if fmt.block_float_bits:
         return round_block_float(w.permute(2, 3, 1, 0), fmt).permute(3, 2, 0, 1).contiguous()
     return round_storage(w, fmt)
 
 
 def conv2d_device(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: tuple[int, int],
-                  padding: tuple[int, int, int, int], dilation: tuple[int, int], groups: int, fidelity: str,
-                  fp32_acc: bool, out_fmt: str, l1_acc: bool = False) -> torch.Tensor:
+                  padding: tuple[int, int, int, int], dilation: tuple[int, int], groups: int, fidelity: MathFidelity,
+                  fp32_acc: bool, out_fmt: DataFormat, l1_acc: bool = False) -> torch.Tensor:
     """A ttnn conv2d's result before its activation, as the device computes it.
 
     From the program factory and compute kernel (conv_bmm_tilize.cpp): the reduction runs in
@@ -126,13 +125,13 @@ def conv2d_device(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stri
     rounding of those bf16 rewrites is not documented and is modelled as nearest-even.
     ``x`` is NCHW holding device values; ``w`` holds stored weights (conv_weight_storage).
     """
-    if out_fmt in BLOCK_FLOAT_BITS:
+    if out_fmt.block_float_bits:
         # the tilised activations take the output format (ACT_TILIZED uses output_df)
         x = round_block_float(x.permute(0, 2, 3, 1), out_fmt).permute(0, 3, 1, 2)
     kh = w.shape[2]
     l1_acc = l1_acc and (kh > 2 or (kh > 1 and b is not None))  # determine_packer_l1_acc
-    partial_fmt = ("float32" if fp32_acc else "bfloat16") if l1_acc else out_fmt
-    if fp32_acc and (partial_fmt == "float32" or kh == 1):
+    partial_fmt = (DataFormat.FLOAT32 if fp32_acc else DataFormat.BFLOAT16) if l1_acc else out_fmt
+    if fp32_acc and (partial_fmt is DataFormat.FLOAT32 or kh == 1):
         # nothing narrows the partial sums between kernel rows: one conv computes the same sums
         acc = _one_block(x, w, stride, padding, dilation, groups, fidelity)
     else:
@@ -143,7 +142,7 @@ def conv2d_device(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stri
 
 
 def _one_block(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], padding: tuple[int, int, int, int],
-               dilation: tuple[int, int], groups: int, fidelity: str) -> torch.Tensor:
+               dilation: tuple[int, int], groups: int, fidelity: MathFidelity) -> torch.Tensor:
     left, right, top, bottom = padding
     same = (left, top) == (right, bottom)
     src = x if same else F.pad(x, (left, right, top, bottom)).contiguous(memory_format=torch.channels_last)
@@ -154,8 +153,8 @@ def _one_block(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], paddin
 
 
 def _row_blocks(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], padding: tuple[int, int, int, int],
-                dilation: tuple[int, int], groups: int, fidelity: str, fp32_acc: bool,
-                partial_fmt: str) -> torch.Tensor:
+                dilation: tuple[int, int], groups: int, fidelity: MathFidelity, fp32_acc: bool,
+                partial_fmt: DataFormat) -> torch.Tensor:
     """K blocks of one kernel row each, the partial packed in ``partial_fmt`` between blocks."""
     left, right, top, bottom = padding
     xp = F.pad(x, (left, right, top, bottom)).contiguous(memory_format=torch.channels_last)
@@ -178,7 +177,7 @@ def _row_blocks(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], paddi
 
 
 def _row_block(rows: torch.Tensor, w_row: torch.Tensor, stride: tuple[int, int], dilation: tuple[int, int],
-               groups: int, fidelity: str, fp32_acc: bool, acc: torch.Tensor | None) -> torch.Tensor:
+               groups: int, fidelity: MathFidelity, fp32_acc: bool, acc: torch.Tensor | None) -> torch.Tensor:
     """One K block (one kernel row) with a bf16 destination, added to the reloaded partial."""
     # bf16 destination: every 16 K values of every phase is one rewrite of DST
     cin, kw = w_row.shape[1], w_row.shape[3]

@@ -36,32 +36,39 @@ from pathlib import Path
 from typing import Any
 
 from spc.errors import SpcError
-
-WEIGHT_DTYPES = ("float32", "bfloat16", "bfloat8_b", "bfloat4_b")
-OUTPUT_DTYPES = ("float32", "bfloat16", "bfloat8_b")
-FIDELITIES = ("LoFi", "HiFi2", "HiFi3", "HiFi4")
+from spc.ttnn.formats import OUTPUT_FORMATS, WEIGHT_FORMATS, DataFormat, MathFidelity
 
 
 @dataclass(frozen=True)
 class BlockPrecision:
-    weights_dtype: str = "bfloat16"
-    math_fidelity: str = "HiFi4"
+    """A block's precision; formats and fidelity may be given by name (a TOML file, a search move)."""
+
+    weights_dtype: DataFormat = DataFormat.BFLOAT16
+    math_fidelity: MathFidelity = MathFidelity.HIFI4
     fp32_dest_acc_en: bool = True
-    output_dtype: str = "bfloat16"
+    output_dtype: DataFormat = DataFormat.BFLOAT16
     packer_l1_acc: bool = True
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (("weights_dtype", self.weights_dtype, WEIGHT_DTYPES),
-                                     ("math_fidelity", self.math_fidelity, FIDELITIES),
-                                     ("output_dtype", self.output_dtype, OUTPUT_DTYPES)):
-            if value not in allowed:
-                raise SpcError(f"precision {name} = {value!r} is not one of {', '.join(allowed)}")
+        try:
+            for name, parse, allowed in (("weights_dtype", DataFormat.parse, WEIGHT_FORMATS),
+                                         ("math_fidelity", MathFidelity.parse, tuple(MathFidelity)),
+                                         ("output_dtype", DataFormat.parse, OUTPUT_FORMATS)):
+                value = getattr(self, name)
+                if isinstance(value, str):
+                    value = parse(value)
+                    object.__setattr__(self, name, value)
+                if value not in allowed:
+                    raise ValueError(f"{value.value!r} is not one of {', '.join(a.value for a in allowed)}")
+        except ValueError as exc:
+            raise SpcError(f"precision {name}: {exc}") from None
         for name in ("fp32_dest_acc_en", "packer_l1_acc"):
             if not isinstance(getattr(self, name), bool):
                 raise SpcError(f"precision {name} must be true or false, got {getattr(self, name)!r}")
 
     def as_attrs(self) -> dict[str, Any]:
-        return asdict(self)
+        """As the IR text prints it: names, not types."""
+        return {k: (v.value if isinstance(v, (DataFormat, MathFidelity)) else v) for k, v in asdict(self).items()}
 
     @staticmethod
     def from_attrs(attrs: dict[str, Any]) -> BlockPrecision:
@@ -72,13 +79,13 @@ class BlockPrecision:
     def short(self) -> str:
         acc = "fp32acc" if self.fp32_dest_acc_en else "bf16acc"
         l1 = " l1acc" if self.packer_l1_acc else ""
-        return f"w:{self.weights_dtype} {self.math_fidelity} {acc}{l1} out:{self.output_dtype}"
+        return f"w:{self.weights_dtype.value} {self.math_fidelity.value} {acc}{l1} out:{self.output_dtype.value}"
 
 
 PRESETS = {
-    "accurate": BlockPrecision("bfloat16", "HiFi4", True, "bfloat16", True),
-    "balanced": BlockPrecision("bfloat16", "HiFi2", True, "bfloat16", True),
-    "fast": BlockPrecision("bfloat8_b", "LoFi", True, "bfloat16", False),
+    "accurate": BlockPrecision(DataFormat.BFLOAT16, MathFidelity.HIFI4, True, DataFormat.BFLOAT16, True),
+    "balanced": BlockPrecision(DataFormat.BFLOAT16, MathFidelity.HIFI2, True, DataFormat.BFLOAT16, True),
+    "fast": BlockPrecision(DataFormat.BFLOAT8_B, MathFidelity.LOFI, True, DataFormat.BFLOAT16, False),
 }
 
 

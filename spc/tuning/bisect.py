@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from spc.errors import SpcError
 from spc.plan.io import Plan
-from spc.tools.inputs import load_input
+from spc.plan.program import TtOp
+from spc.runtime.inputs import load_input
 from spc.tuning.comparison import Comparison, find_source
 from spc.tuning.precision_search import Score
 from spc.tuning.thresholds import Thresholds
-
-PRECISION_ARGS = ("conv_config", "compute_config", "dtype")
 
 
 @dataclass
@@ -47,14 +46,12 @@ class BisectResult:
     message: str
 
 
-def _setting(op) -> str:
-    a = op.args
-    cc, conv = a.get("compute_config", {}), a.get("conv_config", {})
-    parts = [f"out:{op.dtype}"]
-    if conv:
-        parts = [f"w:{conv.get('weights_dtype')}", cc.get("math_fidelity", ""),
-                 "fp32acc" if cc.get("fp32_dest_acc_en") else "bf16acc",
-                 "l1acc" if cc.get("packer_l1_acc") else "no-l1acc", *parts]
+def _setting(op: TtOp) -> str:
+    parts = [f"out:{op.dtype.value}"]
+    conv, cc = op.args.get("conv_config"), op.args.get("compute_config")
+    if conv is not None and cc is not None:
+        parts = [f"w:{conv.weights_dtype.value}", cc.math_fidelity.value,
+                 "fp32acc" if cc.fp32_dest_acc_en else "bf16acc", "l1acc" if cc.packer_l1_acc else "no-l1acc", *parts]
     return " ".join(parts)
 
 
@@ -77,9 +74,13 @@ def hybrid(safe: Plan, fast: Plan, blocks: set[str]) -> Plan:
     program = copy.deepcopy(safe.program)
     for op, theirs in zip(program.device_ops, fast.program.device_ops):
         if op.block in blocks:
-            for key in PRECISION_ARGS:
+            # the precision only: the configurations are frozen values, the memory choices stay SAFE's
+            if "conv_config" in op.args:
+                op.args["conv_config"] = replace(op.args["conv_config"],
+                                                 weights_dtype=theirs.args["conv_config"].weights_dtype)
+            for key in ("compute_config", "dtype"):
                 if key in theirs.args:
-                    op.args[key] = copy.deepcopy(theirs.args[key])
+                    op.args[key] = theirs.args[key]
             op.dtype = theirs.dtype
     return Plan(safe.manifest, program, safe.weights, safe.ir_text)
 

@@ -7,7 +7,7 @@ few inputs let the greedy search walk to the edge and lose 0.05 F1 on other imag
 floors may be given instead (--min-f1 on the median, --min-desc-pcc on the worst input).
 
 The search, cheapest first, measured with the emulator (runtime/numerics.py) and ranked by
-the predicted device time (lowering/cost.py):
+the predicted device time (memory/cost.py):
 
 1. `accurate`, to anchor the thresholds, then the presets `fast` and `balanced`; the cheapest
    that passes is the starting point.
@@ -35,6 +35,7 @@ from spc.ir.graph import Graph
 from spc.passes.choose_precision import ChoosePrecision
 from spc.passes.manager import PassContext
 from spc.ttnn.precision import PrecisionPlan
+from spc.ttnn.targets import Target, get_target
 from spc.tuning.thresholds import Thresholds
 
 CALIBRATION_DIR = Path(__file__).parent / "calibration"
@@ -99,27 +100,30 @@ class SearchResult:
 class Evaluator:
     """Scores precision plans of one compiled graph on calibration inputs."""
 
-    def __init__(self, g: Graph, src: Path, inputs: list[np.ndarray]) -> None:
+    def __init__(self, g: Graph, src: Path, inputs: list[np.ndarray], target: Target | None = None) -> None:
         from spc.lowering.lower import find_probes
         from spc.tuning.comparison import Comparison
 
         self.g = g
+        self.target = target or get_target("p150")
         self.probes = find_probes(g)
         self.comparison = Comparison(src, self.probes, inputs)
 
     def __call__(self, plan: PrecisionPlan) -> Score:
         from spc.lowering.lower import lower
-        from spc.memory.predict import predicted_ms
+        from spc.memory.planner import plan_memory
+        from spc.memory.residency import predicted_ms
         from spc.plan.io import Plan
 
         ChoosePrecision().run(self.g, PassContext(options={"precision": plan}))
         program, tensors = lower(self.g, self.probes)
+        planned = plan_memory(program, self.target)  # formats change buffer sizes
         reports = self.comparison.reports(Plan({}, program, tensors, ""))
-        return Score.of(reports, predicted_ms(program, tensors))
+        return Score.of(reports, predicted_ms(planned.records))
 
 
 def calibration_inputs(folder: Path | None, shape: list[int]) -> list[np.ndarray]:
-    from spc.tools.inputs import expand_paths, load_input
+    from spc.runtime.inputs import expand_paths, load_input
 
     files = expand_paths([folder or CALIBRATION_DIR])
     if not files:
@@ -132,10 +136,10 @@ def conv_blocks(g: Graph) -> list[str]:
 
 
 def search(g: Graph, src: Path, calib: Path | None = None, thresholds: Thresholds | None = None,
-           log: Callable[[str], None] = print) -> SearchResult:
-    """Search the precision of compiled graph ``g`` (from ``src``) on calibration inputs."""
+           log: Callable[[str], None] = print, target: Target | None = None) -> SearchResult:
+    """Search the precision of compiled graph ``g`` (from ``src``) on calibration inputs, for ``target``."""
     shape = [int(d) for d in g.inputs[0].type.static_shape]
-    evaluate = Evaluator(g, src, calibration_inputs(calib, shape))
+    evaluate = Evaluator(g, src, calibration_inputs(calib, shape), target)
     return search_plans(conv_blocks(g), evaluate, thresholds or Thresholds(), log)
 
 

@@ -46,7 +46,7 @@ def plans(small_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
 
 
 def test_kernels_give_the_same_outputs_with_fewer_calls(plans: dict[str, Path], images: dict[str, Path]) -> None:
-    from spc.tools.inputs import load_input
+    from spc.runtime.inputs import load_input
     from spc.tools.inspect import plan_report
 
     x = load_input(images["astronaut"], [1, 3, 120, 160])

@@ -10,14 +10,15 @@ from __future__ import annotations
 import pytest
 
 from spc.memory.l1 import ConvSpec, PoolSpec, Window, conv_l1, nhw_cores, pool_l1, slice_windows
-from spc.ttnn.memory import MemoryConfig
+from spc.ttnn.formats import DataFormat
+from spc.ttnn.memory import BlockMemory
 
 P150_CORES = 110
 
 
 def conv(h: int, w: int, cin: int, cout: int, tiled: bool) -> ConvSpec:
     win = Window(1, h, w, cin, (3, 3), (1, 1), (1, 1, 1, 1))
-    return ConvSpec(win, cout, 1, True, "bfloat16", "bfloat16", True, True, tiled)
+    return ConvSpec(win, cout, 1, True, DataFormat.BFLOAT16, DataFormat.BFLOAT16, True, True, tiled)
 
 
 def pool(h: int, w: int, c: int, k: int, tiled: bool, in_l1: bool, out_l1: bool) -> PoolSpec:
@@ -28,25 +29,25 @@ def pool(h: int, w: int, c: int, k: int, tiled: bool, in_l1: bool, out_l1: bool)
 # (what, model call, ttnn's circular buffers, ttnn's L1 buffers): bytes on the busiest core
 MEASURED = [
     ("conv 1->64 on 480x640, L1, whole-shard blocks",
-     lambda: conv_l1(conv(480, 640, 1, 64, False), MemoryConfig(), P150_CORES, input_in_dram=True), 1089600, 426272),
+     lambda: conv_l1(conv(480, 640, 1, 64, False), BlockMemory(), P150_CORES, input_in_dram=True), 1089600, 426272),
     ("conv 1->64 on 480x640, L1, act_block_h 8",
-     lambda: conv_l1(conv(480, 640, 1, 64, False), MemoryConfig("l1", 8), P150_CORES, input_in_dram=True),
+     lambda: conv_l1(conv(480, 640, 1, 64, False), BlockMemory(act_block_h=8), P150_CORES, input_in_dram=True),
      114752, 426416),
     ("conv 64->64 on 240x320 after a pool on 110 cores",
-     lambda: conv_l1(conv(240, 320, 64, 64, False), MemoryConfig(), P150_CORES, input_cores=110), 749632, 263456),
+     lambda: conv_l1(conv(240, 320, 64, 64, False), BlockMemory(), P150_CORES, input_cores=110), 749632, 263456),
     ("conv 64->64 on 480x640, DRAM, 3 row slices",
-     lambda: conv_l1(conv(480, 640, 64, 64, True), MemoryConfig("dram", 0, "height", 3), P150_CORES), 1011776, 414880),
+     lambda: conv_l1(conv(480, 640, 64, 64, True), BlockMemory.dram("height", 3), P150_CORES), 1011776, 414880),
     ("conv 64->64 on 480x640, DRAM, 3 column slices",
-     lambda: conv_l1(conv(480, 640, 64, 64, True), MemoryConfig("dram", 0, "width", 3), P150_CORES), 1044544, 317520),
+     lambda: conv_l1(conv(480, 640, 64, 64, True), BlockMemory.dram("width", 3), P150_CORES), 1044544, 317520),
     ("conv 128->128 on 120x160 after a conv",
-     lambda: conv_l1(conv(120, 160, 128, 128, True), MemoryConfig(), P150_CORES, input_cores=110), 499776, 182304),
+     lambda: conv_l1(conv(120, 160, 128, 128, True), BlockMemory(), P150_CORES, input_cores=110), 499776, 182304),
     ("2x2 pool on 480x640x64 from DRAM",
-     lambda: pool_l1(pool(480, 640, 64, 2, True, False, True), MemoryConfig(), P150_CORES), 16640, 868128),
+     lambda: pool_l1(pool(480, 640, 64, 2, True, False, True), BlockMemory(), P150_CORES), 16640, 868128),
     ("2x2 pool on 240x320x64, DRAM, 3 column slices",
-     lambda: pool_l1(pool(240, 320, 64, 2, True, False, True), MemoryConfig("dram", 0, "width", 3), P150_CORES),
+     lambda: pool_l1(pool(240, 320, 64, 2, True, False, True), BlockMemory.dram("width", 3), P150_CORES),
      32896, 89424),
     ("9x9 NMS window max on 480x640x1 from DRAM",
-     lambda: pool_l1(pool(480, 640, 1, 9, False, False, False), MemoryConfig(), P150_CORES), 14336, 217808),
+     lambda: pool_l1(pool(480, 640, 1, 9, False, False, False), BlockMemory(), P150_CORES), 14336, 217808),
 ]
 
 

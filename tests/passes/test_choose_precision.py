@@ -12,6 +12,8 @@ from spc.lowering.lower import lower
 from spc.passes.choose_precision import ChoosePrecision
 from spc.passes.manager import PassContext
 from spc.passes.partition_host_device import PartitionHostDevice
+from spc.ttnn.configs import ComputeConfig
+from spc.ttnn.formats import DataFormat, MathFidelity
 from spc.ttnn.precision import PrecisionPlan, load_precision_config
 from tests.conftest import ir
 
@@ -51,13 +53,13 @@ def test_overrides_reach_the_ttnn_calls(tmp_path: Path) -> None:
     g, _ = compiled(load_precision_config(cfg))
     program, _ = lower(g)
     conv_enc, conv_det = [op for op in program.device_ops if op.op == "ttnn.conv2d"]
-    assert conv_enc.args["conv_config"]["weights_dtype"] == "bfloat8_b"
-    assert conv_enc.args["compute_config"]["math_fidelity"] == "LoFi"
-    assert conv_det.args["compute_config"] == {"math_fidelity": "HiFi4", "fp32_dest_acc_en": False,
-                                               "packer_l1_acc": True}
-    assert conv_det.args["dtype"] == "float32" and conv_det.dtype == "float32"
+    assert conv_enc.args["conv_config"].weights_dtype is DataFormat.BFLOAT8_B
+    assert conv_enc.args["compute_config"].math_fidelity is MathFidelity.LOFI
+    assert conv_det.args["compute_config"] == ComputeConfig(MathFidelity.HIFI4, fp32_dest_acc_en=False,
+                                                            packer_l1_acc=True)
+    assert conv_det.args["dtype"] is DataFormat.FLOAT32 and conv_det.dtype is DataFormat.FLOAT32
     # the norm computes in its input's format (float32 here), so no cast is needed
-    assert [op.dtype for op in program.device_ops if op.source == "l2norm"][-1] == "float32"
+    assert [op.dtype for op in program.device_ops if op.source == "l2norm"][-1] is DataFormat.FLOAT32
     assert "ttnn.typecast" not in [op.op for op in program.device_ops]
 
 
@@ -75,7 +77,7 @@ def test_plan_description_round_trips() -> None:
 
 @pytest.mark.parametrize(("text", "message"), [
     ('preset = "fastest"\n', "not a preset"),
-    ('[blocks."x"]\nmath_fidelity = "HiFi5"\n', "math_fidelity = 'HiFi5'"),
+    ('[blocks."x"]\nmath_fidelity = "HiFi5"\n', "math fidelity 'HiFi5' is not one of"),
     ('[blocks."x"]\nweight_dtype = "bfloat16"\n', "may set only"),
     ('colour = "blue"\n', "unknown keys"),
     ("preset = \n", "not valid TOML"),

@@ -73,7 +73,7 @@ def plans(small_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
 
 
 def image(images: dict[str, Path], name: str) -> np.ndarray:
-    from spc.tools.inputs import load_input
+    from spc.runtime.inputs import load_input
 
     return load_input(images[name], [1, 3, 120, 160])
 

@@ -1,0 +1,304 @@
+"""The memory planner (choose-memory-config): per conv and pool block, the cheapest memory configuration that fits.
+
+It works on the lowered program, as tt-mlir's optimizer works on TTNN ops: the lowering emits
+every ``ttnn.conv2d`` and ``ttnn.max_pool2d`` in the default configuration (L1, ttnn's activation
+blocks); the planner walks the calls in order on one core's ledger (memory/residency.py: the same
+walk the fit check, the predicted time and `spc inspect` read) and, at each block's first conv or
+pool, tries its candidates:
+
+* L1 with ttnn's or a 16/8/4/2/1-tile activation block (convs), or DRAM slicing by output rows or
+  columns in 1..64 slices (memory/l1.py sizes each, memory/cost.py costs it);
+* a candidate fits when every conv or pool call of the block keeps MARGIN bytes free on the
+  busiest core, the calls between them placed as they run; the cheapest fitting one is kept.
+
+Choosing one is rewriting the block's calls (:func:`apply`)::
+
+    %relu: ttnn.conv2d(%relu_a) {slice_config = l1_full, ...}
+    ->  %relu_a/dram = ttnn.to_memory_config(%relu_a) {memory_config = DRAM_INTERLEAVED}
+        %relu: ttnn.conv2d(%relu_a/dram) {slice_config = dram_width x 3, ...}
+
+(the DRAM path reads its input from DRAM: conv2d.cpp "Conv DRAM expects the input tensor to be in
+DRAM"; a DRAM-sliced pool that writes an interleaved [N, H, W, C] result gets a reshape back to
+[1, 1, N*H*W, C] for the element-wise calls that read it: mock p150, a 143 GB broadcast otherwise).
+
+Choosing block by block is greedy: when a later block finds nothing that fits, the largest output
+still in L1 goes to DRAM and the walk starts again (with a note). ``--memory-config`` forces a
+block's choice; a forced choice the model says does not fit is kept, with a note, so that ttnn's
+verdict on it can be seen. When nothing fits: one error naming the block, its sizes and the
+nearest miss. After the last block, every call must fit (a forced misfit ends the check: ttnn
+stops there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from spc.errors import SpcError
+from spc.memory.l1 import Window
+from spc.memory.residency import CallRecord, Placed, Walk, conv_spec, pool_spec
+from spc.plan.program import Program, TtOp
+from spc.ttnn.formats import DataFormat
+from spc.ttnn.memory import DRAM_INTERLEAVED, BlockMemory, BufferType, MemoryOverrides
+from spc.ttnn.targets import Target
+
+ACT_BLOCKS = (0, 16, 8, 4, 2, 1)  # tiles; 0 = ttnn's default
+MAX_SLICES = 64
+KEEP_FITTING = 4  # per slicing direction, how many fitting slice counts are ranked
+# bytes per core kept free beyond the model: small buffers it does not size (allocator alignment,
+# the halo's own buffers)
+MARGIN = 16384
+CONFIGURABLE = ("ttnn.conv2d", "ttnn.max_pool2d")
+
+
+def candidates(w: Window, conv: bool) -> list[BlockMemory]:
+    out = [BlockMemory(act_block_h=abh) for abh in (ACT_BLOCKS if conv else (0,))]
+    for dim, size in (("height", w.out_h), ("width", -(-w.out_w // 32))):
+        out += [BlockMemory.dram(dim, n) for n in range(1, min(MAX_SLICES, size) + 1)]
+    return out
+
+
+@dataclass
+class Choice:
+    mem: BlockMemory
+    placed: Placed  # the block's tightest conv or pool call
+    seconds: float
+
+    @property
+    def short(self) -> int:
+        """Bytes per core missing for this choice to fit with the margin."""
+        return max(0, MARGIN - self.placed.headroom)
+
+
+class _NoFit(Exception):
+    def __init__(self, error: SpcError, holders: list[str]) -> None:
+        super().__init__(str(error))
+        self.error, self.holders = error, holders
+
+
+# -- rewriting a block's calls --------------------------------------------------------------------
+def _homes(ops: list[TtOp], program: Program) -> dict[str, tuple[bool, DataFormat, list[int]]]:
+    """Each tensor: (whether it lives in DRAM, its format, its device shape), as its producer
+    leaves it (the conv/pool configurations as they are in ``ops``)."""
+    homes = {t.name: (True, DataFormat.BFLOAT16, list(t.device_shape)) for t in program.device_inputs}
+    for c in program.constants:
+        homes[c.name] = (True, c.dtype, list(c.device_shape))
+    for op in ops:
+        memory, slicing = op.args.get("memory_config"), op.args.get("slice_config")
+        if (memory is not None and memory.buffer is BufferType.DRAM) or (slicing is not None and slicing.in_dram):
+            dram = True
+        elif slicing is not None:
+            dram = False
+        else:  # element-wise and data-movement calls stay where their input is
+            dram = homes[op.inputs[0]][0] if op.inputs and op.inputs[0] in homes else True
+        homes[op.output] = (dram, op.dtype, list(op.shape))
+        for extra, dtype in zip(op.extra_outputs, op.extra_dtypes):
+            homes[extra] = (True, dtype, list(op.shape))
+    return homes
+
+
+def apply(ops: list[TtOp], program: Program, block: str, mem: BlockMemory) -> list[TtOp]:
+    """The calls with ``block``'s convs and pools in ``mem``: their slicing and activation block,
+    a copy of an L1 input to DRAM before a DRAM path, a reshape after a DRAM-sliced pool that
+    writes to DRAM for the element-wise calls."""
+    out: list[TtOp] = []
+    renamed: dict[str, str] = {}
+    made = {op.output for op in ops}
+    for op in ops:
+        if renamed:
+            op = replace(op, inputs=[renamed.get(i, i) for i in op.inputs])
+        if op.block != block or op.op not in CONFIGURABLE:
+            out.append(op)
+            continue
+        args = dict(op.args, slice_config=mem.slicing)
+        if op.op == "ttnn.conv2d":
+            args["conv_config"] = args["conv_config"].with_act_block_tiles(mem.act_block_h)
+        op = replace(op, args=args)
+        dram_path = mem.path is BufferType.DRAM
+        writes_dram = op.args.get("memory_config") is not None
+        if dram_path and not writes_dram:
+            x = op.inputs[0]
+            in_dram, dtype, shape = _homes(out, program)[x]
+            if not in_dram:
+                # a copy of its own, also when another block copied the same tensor: reading that
+                # copy would end the tensor's life at an earlier call, which the walk has passed
+                moved, k = x + "/dram", 0
+                while moved in made:
+                    k += 1
+                    moved = f"{x}/dram_{k}"
+                out.append(TtOp("ttnn.to_memory_config", [x], moved, {"memory_config": DRAM_INTERLEAVED},
+                                source=op.source, dtype=dtype, block=op.block, shape=shape))
+                made.add(moved)
+                op = replace(op, inputs=[moved, *op.inputs[1:]])
+        out.append(op)
+        if dram_path and writes_dram:
+            flat = op.output + "/flat"
+            out.append(TtOp("ttnn.reshape", [op.output], flat, {"shape": list(op.shape)}, source=op.source,
+                            dtype=op.dtype, block=op.block, shape=list(op.shape)))
+            renamed[op.output] = flat
+    return out
+
+
+# -- choosing ----------------------------------------------------------------------------------
+def _describe(op: TtOp, walk: Walk) -> tuple[Window, bool, str]:
+    src = walk.source(op)
+    if op.op == "ttnn.conv2d":
+        spec = conv_spec(op, src.tiled)
+        w = spec.window
+        return w, not spec.is_matmul, f"conv {w.c}->{spec.cout} {w.kernel[0]}x{w.kernel[1]} on {w.h}x{w.w}"
+    w = pool_spec(op, src).window
+    return w, False, f"{w.kernel[0]}x{w.kernel[1]} max pool on {w.h}x{w.w}x{w.c}"
+
+
+class Planner:
+    def __init__(self, program: Program, target: Target, overrides: MemoryOverrides) -> None:
+        self.program, self.target, self.overrides = program, target, overrides
+        self.notes: list[str] = []
+        self.stats: dict[str, int] = {}
+
+    def run(self) -> list[CallRecord]:
+        blocks = {op.block or op.source for op in self.program.device_ops}
+        configurable = {op.block for op in self.program.device_ops if op.op in CONFIGURABLE}
+        for block in sorted(blocks - configurable):
+            forced = self.overrides.for_block(block)
+            if forced is not None:
+                raise SpcError(f"--memory-config {block}={forced.spell()}: only convolutions and max pools take a "
+                               "memory configuration")
+        to_dram: set[str] = set()  # blocks whose output must go to DRAM to make room later
+        while True:
+            try:
+                records = self._walk(to_dram)
+                break
+            except _NoFit as miss:
+                # choosing block by block is greedy: a big L1 output can starve a later block.
+                # Send the biggest such output to DRAM and choose again.
+                if not miss.holders:
+                    raise miss.error from None
+                to_dram.add(miss.holders[0])
+        if to_dram:
+            self.notes.append(f"memory: outputs of {', '.join(sorted(to_dram))} go to DRAM to leave L1 for later "
+                              "blocks")
+        for pattern in self.overrides.unused(blocks):
+            self.notes.append(f"--memory-config {pattern}: matches no device block")
+        return records
+
+    def _walk(self, to_dram: set[str]) -> list[CallRecord]:
+        ops = list(self.program.device_ops)
+        decided: set[str] = set()
+        owner: dict[str, str] = {}  # an L1 tensor -> the block that chose to leave it there
+        self.stats = {}
+        walk = Walk(self._with(ops), self.target)
+        i = 0
+        while i < len(ops):
+            op = ops[i]
+            if op.op in CONFIGURABLE and op.block not in decided:
+                decided.add(op.block)
+                try:
+                    choice = self._choose(ops, i, walk, op.block in to_dram)
+                except SpcError as exc:
+                    holders = sorted(((walk.ledger.blocks[t][1], b) for t, b in owner.items()
+                                      if t in walk.ledger.blocks and b not in to_dram), reverse=True)
+                    raise _NoFit(exc, [b for _, b in holders]) from None
+                ops = apply(ops, self.program, op.block, choice.mem)
+                walk = self._resume(walk, ops)
+                self.stats[choice.mem.path.value] = self.stats.get(choice.mem.path.value, 0) + 1
+            record = walk.step(ops[i], walk.frees[i])
+            if ops[i].op in CONFIGURABLE and record.placed.use.output_in_l1 and record.placed.use.output:
+                owner[ops[i].output] = ops[i].block
+            i += 1
+        self.program.device_ops = ops
+        return walk.records
+
+    def _with(self, ops: list[TtOp]) -> Program:
+        return replace(self.program, device_ops=ops)
+
+    def _resume(self, walk: Walk, ops: list[TtOp]) -> Walk:
+        """The walk so far, over the rewritten calls (the calls before the block are unchanged)."""
+        again = Walk(self._with(ops), self.target)
+        again.ledger, again.where, again.sizes, again.records = walk.ledger, walk.where, walk.sizes, walk.records
+        return again
+
+    def _try(self, ops: list[TtOp], i: int, walk: Walk, block: str, mem: BlockMemory) -> Choice:
+        """The block's calls from ``i`` on under ``mem``, on a copy of the walk."""
+        trial_ops = apply(ops, self.program, block, mem)
+        trial = self._resume(walk, trial_ops)
+        trial.ledger, trial.where, trial.sizes = walk.ledger.copy(), dict(walk.where), dict(walk.sizes)
+        trial.records = []
+        last = max(j for j, op in enumerate(trial_ops) if op.block == block and op.op in CONFIGURABLE)
+        worst: Placed | None = None
+        seconds = 0.0
+        for j in range(i, last + 1):
+            record = trial.step(trial_ops[j], trial.frees[j])
+            if trial_ops[j].block == block and trial_ops[j].op in CONFIGURABLE:
+                seconds += record.seconds
+                if worst is None or record.placed.headroom < worst.headroom:
+                    worst = record.placed
+        assert worst is not None
+        return Choice(mem, worst, seconds)
+
+    def _choose(self, ops: list[TtOp], i: int, walk: Walk, dram_only: bool) -> Choice:
+        op = ops[i]
+        block = op.block
+        forced = self.overrides.for_block(block)
+        w, conv, what = _describe(op, walk)
+        src = walk.source(op)
+        cands = candidates(w, conv)
+        if dram_only:
+            cands = [m for m in cands if m.path is BufferType.DRAM]
+        # the DRAM path first copies an L1 input out: ranked at the bytes it moves
+        copy_out = w.n * w.h * w.w * w.c * 2 / self.target.dram_bytes_per_s if src.bytes else 0.0
+        tried: list[Choice] = []
+        fitting: dict[str, int] = {}
+        for mem in [forced] if forced else cands:
+            dram = mem.path is BufferType.DRAM
+            dim = mem.slicing.type.dim
+            if dram and fitting.get(dim, 0) >= KEEP_FITTING:
+                continue  # more slices only add launches and halo reads once these fit
+            choice = self._try(ops, i, walk, block, mem)
+            tried.append(replace(choice, seconds=choice.seconds + (copy_out if dram else 0.0)))
+            if dram and tried[-1].short == 0:
+                fitting[dim] = fitting.get(dim, 0) + 1
+        return self._pick(block, what, forced, tried)
+
+    def _pick(self, block: str, what: str, forced: BlockMemory | None, tried: list[Choice]) -> Choice:
+        ok = [c for c in tried if c.short == 0]
+        t = self.target
+        if forced:
+            if not ok:
+                self.notes.append(f"memory: {block} forced to {forced.spell()}, which the L1 model says does not fit "
+                                  f"({tried[0].short} B short per core on {t.name}); ttnn will refuse it")
+            return tried[0]
+        if not ok:
+            best = min(tried, key=lambda c: c.short)
+            u = best.placed.use
+            raise SpcError(
+                f"block {block} ({what}): no memory configuration fits in L1 on {t.name} "
+                f"({t.l1_budget_bytes} B per core for buffers and tensors); nearest: {best.mem.spell()} needs "
+                f"{u.cb} B of circular buffers + {u.l1} B of its tensors + {best.placed.live_before} B already "
+                f"in L1 ({best.short} B short). Use a smaller input or another target, or force a configuration "
+                "with --memory-config")
+        return min(ok, key=lambda c: c.seconds)
+
+
+def check_fits(records: list[CallRecord], target: Target, src: str, overrides: MemoryOverrides) -> None:
+    """Every call fits one core's L1 by the model, including the calls no block configured
+    (element-wise, the keypoint read-back). A block forced with --memory-config is the user's call
+    (the planner has said so in a note): ttnn stops there, what follows cannot be judged."""
+    for i, r in enumerate(records):
+        op, placed = r.op, r.placed
+        if not placed.fits and overrides.for_block(op.block or op.source) is not None:
+            return
+        if not placed.fits:
+            hint = ("try --dense or a smaller --keypoint-capacity" if op.source == "keypoints"
+                    else "force another configuration of a block before it with --memory-config, or use a "
+                         "smaller input")
+            raise SpcError(f"{src}: call {i} ({op.op}, block {op.block or op.source}) needs {placed.use.cb} B of "
+                           f"buffers beside {placed.live_before} B of tensors on one core, {-placed.headroom} B more "
+                           f"than {target.name} has; {hint}")
+
+
+def plan_memory(program: Program, target: Target, overrides: MemoryOverrides | None = None) -> Planner:
+    """Choose every block's configuration, rewriting ``program``'s calls; the planner keeps the
+    final walk's records (``records``), its notes and stats."""
+    planner = Planner(program, target, overrides or MemoryOverrides())
+    planner.records = planner.run()
+    return planner
