@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from spc.errors import SpcError
@@ -15,11 +15,11 @@ from spc.ir.printer import print_graph
 from spc.lowering.lower import find_probes, lower
 from spc.lowering.roles import output_roles
 from spc.memory.planner import check_fits, plan_memory
-from spc.memory.residency import predicted_ms
-from spc.passes.choose_precision import ChoosePrecision
-from spc.passes.manager import DumpDir, Instrument, PassContext, PassManager, PassRecord, PrintAfterAll
+from spc.memory.residency import CallRecord, predicted_ms
+from spc.passes.manager import DumpDir, Instrument, PassContext, PassManager, PassRecord, PipelineOptions, PrintAfterAll
 from spc.passes.pipeline import default_pipeline
 from spc.plan.io import write_plan
+from spc.plan.listing import call_counts, format_program
 from spc.ttnn.memory import MemoryOverrides
 from spc.ttnn.precision import PrecisionPlan
 from spc.ttnn.targets import get_target
@@ -89,27 +89,41 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
         instruments.append(PrintAfterAll())
     precision = precision or PrecisionPlan()
     memory = memory or MemoryOverrides()
-    ctx = PassContext(options={"nms_single_pass": nms_single_pass, "precision": precision, "target": chip,
-                               "memory": memory})
+    ctx = PassContext(PipelineOptions(precision=precision, nms_single_pass=nms_single_pass))
     pm = PassManager(default_pipeline(), instruments, stop_after=stop_after)
     pm.run(g, ctx)
     result = CompileResult(g, pm.records, ctx.notes)
     if stop_after is not None or out is None:
+        pm.close(g)
         return result
     search_report = None
     if auto is not None:
         from spc.tuning.precision_search import search
 
-        found = search(g, src, auto.calib, auto.thresholds, log=auto.log, target=chip)
+        def choose(plan: PrecisionPlan) -> None:  # a search trial: verified, not recorded
+            pm.rerun("choose-precision", g, PassContext(replace(ctx.options, precision=plan)), record=False)
+
+        found = search(g, src, choose, auto.calib, auto.thresholds, log=auto.log, target=chip)
         precision, search_report = found.plan, found.manifest()
-        ChoosePrecision().run(g, PassContext(options={"precision": precision}))
+        ctx = PassContext(replace(ctx.options, precision=precision), ctx.notes)
+        pm.rerun("choose-precision", g, ctx)
     pass_notes = len(ctx.notes)
     program, tensors = lower(g, find_probes(g), compact=not dense, capacity=keypoint_capacity, notes=ctx.notes,
                              kernels=kernels)
     program.roles = output_roles(g)
-    planner = plan_memory(program, chip, memory)
-    ctx.notes[pass_notes:pass_notes] = planner.notes  # the planner's notes, before the lowering's
-    check_fits(planner.records, chip, str(src), memory)
+
+    records: list[CallRecord] = []  # the planner's walk: the fit check and the predicted time read it
+
+    def choose_memory() -> tuple[dict, dict[str, int], dict[str, int], str]:
+        before = call_counts(program)
+        planner = plan_memory(program, chip, memory)
+        ctx.notes[pass_notes:pass_notes] = planner.notes  # the planner's notes, before the lowering's
+        check_fits(planner.records, chip, str(src), memory)
+        records[:] = planner.records
+        return {"target": chip.name, **planner.stats}, before, call_counts(program), format_program(program)
+
+    pm.stage("choose-memory-config", choose_memory)
+    pm.close(g)
     device_macs = sum(macs(n) for n in g.nodes if n.placement is Placement.DEVICE)
     host_macs = sum(macs(n) for n in g.nodes if n.placement is not Placement.DEVICE)
     manifest = {
@@ -121,8 +135,8 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
                     "memory_config": memory.describe(), "dense": dense, "keypoint_capacity": keypoint_capacity,
                     "kernels": kernels},
         "precision_search": search_report,
-        "predicted_device_ms": round(predicted_ms(planner.records), 4),
-        "pipeline": [r.name for r in pm.records] + ["choose-memory-config"],
+        "predicted_device_ms": round(predicted_ms(records), 4),
+        "pipeline": [r.name for r in pm.records],
         "notes": ctx.notes,
         "device_ops": len(program.device_ops),
         "macs": {"device": device_macs, "host": host_macs},

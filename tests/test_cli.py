@@ -101,6 +101,11 @@ def test_compile_is_deterministic_and_dumps_every_pass(small_onnx: Path, small_p
     assert final == plan.ir_text
     g = parse_graph(final, plan.weights)
     assert g.op_counts()["spc.Nms"] == 1
+    # the memory planner works on the lowered program: its dump is the program it leaves
+    planned = (dumps / f"{len(PASS_NAMES) + 1:02d}-choose-memory-config.txt").read_text()
+    assert planned.count(" = ttnn.") == len(plan.program.device_ops) and "slice_config = " in planned
+    assert f"{len(PASS_NAMES) + 1:>2}  choose-memory-config" in summary and "l1=16" in summary
+    assert plan.manifest["pipeline"] == [*PASS_NAMES, "choose-memory-config"]
 
 
 def test_stop_after_and_print_ir(small_onnx: Path, tmp_path: Path) -> None:

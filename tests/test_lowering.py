@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spc.ir.evaluate import evaluate_graph
+from spc.ir.interpreter import evaluate_graph
 from spc.lowering.lower import LOWERINGS, find_probes, lower
 from spc.passes.manager import PassContext
 from spc.passes.partition_host_device import PartitionHostDevice

@@ -62,16 +62,19 @@ def test_says_so_when_even_accurate_misses_absolute_thresholds() -> None:
 
 
 def test_real_scorer_on_the_small_export(small_onnx: Path) -> None:
-    from spc.compiler import compile_onnx
-    from spc.passes.choose_precision import ChoosePrecision
-    from spc.passes.manager import PassContext
+    from spc.frontend.onnx_import import import_onnx
+    from spc.passes.manager import PassContext, PassManager, PipelineOptions
+    from spc.passes.pipeline import default_pipeline
     from spc.tuning.precision_search import CALIBRATION_DIR, Evaluator, calibration_inputs
 
-    g = compile_onnx(small_onnx, None).graph
-    ChoosePrecision().run(g, PassContext())
+    g = import_onnx(small_onnx)
+    pm = PassManager(default_pipeline())
+    pm.run(g, PassContext())
     inputs = calibration_inputs(CALIBRATION_DIR, [1, 3, 120, 160])
     assert len(inputs) == 3
-    evaluate = Evaluator(g, small_onnx, inputs[:1])
+    evaluate = Evaluator(g, small_onnx, inputs[:1],
+                         lambda plan: pm.rerun("choose-precision", g, PassContext(PipelineOptions(precision=plan)),
+                                               record=False))
     accurate, fast = evaluate(PrecisionPlan("accurate")), evaluate(PrecisionPlan("fast"))
     assert accurate.descriptor_pcc > 0.99 and accurate.score_pcc > 0.99
     assert fast.device_ms < accurate.device_ms

@@ -161,7 +161,7 @@ def _array(x: Any) -> np.ndarray:
 
 def run_case(case: Any) -> CaseResult:
     from spc.frontend.onnx_import import import_model
-    from spc.ir.evaluate import evaluate_graph
+    from spc.ir.interpreter import evaluate_graph
 
     ops = tuple(sorted({n.op_type for n in case.model.graph.node}))
     model = restamped(case.model)

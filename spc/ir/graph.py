@@ -3,8 +3,9 @@
 * A :class:`Value` has a name, a :class:`TensorType`, at most one producer and a list of uses.
   Constants are values whose data is known: small ones print inline, weights by reference.
 * A :class:`Node` applies an :class:`~spc.ir.ops.OpDef` (not a string) to input values, with a
-  dict of plain attributes (int, float, str, lists of those, or a numpy array), and carries a
-  :class:`Placement` once the partition pass has run.
+  dict of plain attributes (int, float, str, lists of those, or a numpy array), and the
+  compiler's decisions as typed fields: a :class:`Placement` once the partition pass has run, a
+  block and a :class:`~spc.ttnn.precision.BlockPrecision` once choose-precision has.
 * :class:`Graph` keeps producers and uses consistent through its editing methods; passes never
   assign ``node.inputs`` directly.
 """
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     import networkx as nx
 
     from spc.ir.ops import OpDef
+    from spc.ttnn.precision import BlockPrecision
 
 Attr = Any  # int | float | str | list[int] | list[float] | list[str] | np.ndarray
 
@@ -75,7 +77,11 @@ class Value:
 
 
 class Node:
-    __slots__ = ("attrs", "inputs", "name", "op", "outputs", "placement")
+    """An op applied to values. ``attrs`` are the op's own (what it computes); the compiler's
+    decisions are typed fields beside them: ``placement`` (partition-host-device), ``block`` and
+    ``precision`` (choose-precision: the block a device op belongs to and its formats)."""
+
+    __slots__ = ("attrs", "block", "inputs", "name", "op", "outputs", "placement", "precision")
 
     def __init__(self, op: OpDef, name: str, inputs: list[Value | None], outputs: list[Value],
                  attrs: dict[str, Attr] | None = None) -> None:
@@ -85,6 +91,8 @@ class Node:
         self.outputs = outputs
         self.attrs: dict[str, Attr] = dict(attrs or {})
         self.placement = Placement.UNASSIGNED
+        self.block: str | None = None
+        self.precision: BlockPrecision | None = None
 
     @property
     def output(self) -> Value:

@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from spc.errors import SpcError
 from spc.ir import ops
 from spc.ir.graph import Graph, Placement, Value
 from spc.ir.types import TensorType
+from spc.ttnn.precision import BlockPrecision
 
 _NAME = r'%(?:"(?:[^"\\]|\\.)*"|[A-Za-z0-9_./\-]+)'
 _TYPE = r"[a-z0-9]+\[[^\]]*\]"
@@ -155,11 +157,27 @@ def parse_graph(text: str, weights: Mapping[str, np.ndarray] | None = None) -> G
         node_name = sc.match(r"#[A-Za-z0-9_./\-]+", "#node_name")[1:]
         sc.ws()
         placement = Placement.UNASSIGNED
-        if sc.pos < len(sc.text):
+        if sc.pos < len(sc.text) and sc.text[sc.pos] == "@":
             placement = Placement(sc.match(r"@[a-z\-]+", "@placement")[1:])
+        sc.ws()
+        block, precision = None, None
+        if sc.eat("<"):
+            block = sc.json_value()
+            if not isinstance(block, str):
+                raise ParseError(f"line {lineno}: expected a block name in quotes after '<'")
+            spelled = sc.match(r"[^>]*", "a precision")
+            sc.expect(">")
+            if spelled.strip():
+                try:
+                    precision = BlockPrecision.parse(spelled)
+                except SpcError as exc:
+                    raise ParseError(f"line {lineno}: {exc}") from None
+        sc.ws()
+        if sc.pos < len(sc.text):
+            raise ParseError(f"line {lineno}: unexpected {sc.text[sc.pos:][:20]!r} after the node")
         node = g.make_node(op, inputs, attrs, [t for _, t in outs], name=node_name,
                            out_names=[n for n, _ in outs])
-        node.placement = placement
+        node.placement, node.block, node.precision = placement, block, precision
         for (name, _), v in zip(outs, node.outputs):
             if v.name != name:
                 raise ParseError(f"line {lineno}: value %{name} defined twice")

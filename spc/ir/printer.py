@@ -4,11 +4,13 @@
       %w: f32[64,1,3,3] = const @"conv1.weight"
       %axes: i64[1] = const dense<[0]>
       %conv: f32[1,64,120,160] = spc.Conv2d(%x, %w, %b) {activation = "relu", ...} #conv2d @device
+          <"conv1" w:bfloat16 HiFi4 fp32acc l1acc out:bfloat16>
       return %keypoints, %scores
     }
 
-Constants of up to INLINE_MAX elements print inline; larger ones by reference to the weight
-store, so a dump of the whole network stays a few hundred lines.
+After ``#name`` come the compiler's decisions: ``@placement``, then ``<"block" precision>`` (on
+the node's own line; wrapped here). Constants of up to INLINE_MAX elements print inline; larger
+ones by reference to the weight store, so a dump of the whole network stays a few hundred lines.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from spc.ir.graph import Graph, Placement, Value
+from spc.ir.graph import Graph, Node, Placement, Value
 
 INLINE_MAX = 16
+# ops whose precision is the matrix engine's (weights format, fidelity, accumulation) as well
+MATRIX_OPS = {"spc.Conv2d"}
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_./\-]+$")
 
 
@@ -62,6 +66,15 @@ def format_attrs(attrs: dict[str, Any]) -> str:
     return " {" + ", ".join(f"{k} = {format_attr(v)}" for k, v in sorted(attrs.items())) + "}"
 
 
+def format_decisions(n: Node) -> str:
+    """choose-precision's decisions: `` <"encoder.conv_blocks.0.conv_a" w:bfloat16 HiFi4 fp32acc l1acc
+    out:bfloat16>`` (only the output format for ops without a matrix engine)."""
+    if n.block is None:
+        return ""
+    spelled = "" if n.precision is None else " " + n.precision.spell(compute=n.op.name in MATRIX_OPS)
+    return f" <{json.dumps(n.block)}{spelled}>"
+
+
 def const_line(v: Value) -> str:
     if v.weight_ref is not None or v.type.numel > INLINE_MAX:
         body = f"@{json.dumps(v.weight_ref or v.name)}"
@@ -81,7 +94,7 @@ def print_graph(g: Graph) -> str:
         outs = ", ".join(f"{name_ref(o.name)}: {o.type}" for o in n.outputs)
         ins = ", ".join("_" if v is None else name_ref(v.name) for v in n.inputs)
         place = "" if n.placement is Placement.UNASSIGNED else f" @{n.placement.value}"
-        lines.append(f"  {outs} = {n.op.name}({ins}){format_attrs(n.attrs)} #{n.name}{place}")
+        lines.append(f"  {outs} = {n.op.name}({ins}){format_attrs(n.attrs)} #{n.name}{place}{format_decisions(n)}")
     lines.append("  return " + ", ".join(name_ref(v.name) for v in g.outputs))
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -62,7 +62,7 @@ def _conv2d(em: Emitter, n: Node, ins: list[str]) -> str:
     weights = {"weight_tensor": em.weight(w)}
     if b is not None:
         weights["bias_tensor"] = em.weight(b)
-    p = BlockPrecision.from_attrs(n.attrs)
+    p = n.precision or BlockPrecision()
     conv_config = Conv2dConfig(p.weights_dtype, Activation.RELU if n.attrs["activation"] == "relu" else None)
     compute_config = ComputeConfig(p.math_fidelity, p.fp32_dest_acc_en, p.packer_l1_acc)
     return em.emit("ttnn.conv2d", [ins[0]], n.output.name, _layout(n.output), n.name, weights,

@@ -16,7 +16,6 @@ from spc.lowering import readback
 from spc.lowering.emitter import INPUT_DTYPE, Emitter
 from spc.lowering.registry import LOWERINGS, device_support, lowering_for
 from spc.plan.program import DeviceTensor, HostNode, Program, TensorSpec
-from spc.ttnn.formats import DataFormat
 from spc.ttnn.layout import DeviceLayout
 
 __all__ = ["LOWERINGS", "Emitter", "find_probes", "lower"]
@@ -80,7 +79,7 @@ def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, 
         first = len(em.ops)
         result = low.fn(em, n, ins)
         outs = [result] if isinstance(result, str) else list(result)
-        want = DataFormat.parse(n.attrs["output_dtype"]) if "output_dtype" in n.attrs else None
+        want = n.precision.output_dtype if n.precision is not None else None
         if want and n.op.name != "spc.Conv2d" and len(em.ops) > first and em.ops[-1].output == outs[0] \
                 and em.dtypes[outs[0]] is not want:
             # the op computes in its input's format; the block asked to store the result otherwise.
@@ -92,7 +91,7 @@ def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, 
             em.tiles[last.output], em.in_dram[last.output] = em.tiles.get(out, True), em.in_dram.get(out, True)
             em.emit("ttnn.typecast", [last.output], out, em.layouts[out], n.name, store=want, dtype=want)
         for op in em.ops[first:]:
-            op.block = n.attrs.get("block", n.name)
+            op.block = n.block or n.name
         for o, name in zip(n.outputs, outs):
             names[id(o)] = name
     consts.update(em.weights)

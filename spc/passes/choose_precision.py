@@ -6,19 +6,20 @@ Before::
 
 After (``--precision balanced``)::
 
-    %relu: f32[1,64,480,640] = spc.Conv2d(%x, %w, %b) {activation = "relu", block = "encoder.conv_blocks.0.conv_a",
-        fp32_dest_acc_en = true, math_fidelity = "HiFi2", output_dtype = "bfloat16", weights_dtype = "bfloat16", ...}
+    %relu: f32[1,64,480,640] = spc.Conv2d(%x, %w, %b) {activation = "relu", ...} #node_conv2d @device
+        <"encoder.conv_blocks.0.conv_a" w:bfloat16 HiFi2 fp32acc l1acc out:bfloat16>
 
-Convolutions get the whole :class:`~spc.ttnn.precision.BlockPrecision`; other device ops store
-their outputs in their block's ``output_dtype``. The plan comes from ``ctx.options["precision"]``
-(a :class:`~spc.ttnn.precision.PrecisionPlan`: a preset plus per-block overrides).
+The decisions are typed fields of the node (``node.block``, ``node.precision``: a
+:class:`~spc.ttnn.precision.BlockPrecision`), not attributes: convolutions use all of it, other
+device ops the format their output is stored in. The plan comes from the pipeline's options
+(``precision``: a :class:`~spc.ttnn.precision.PrecisionPlan`, a preset plus per-block overrides).
 """
 
 from __future__ import annotations
 
 from spc.ir.graph import Graph, Node, Placement
 from spc.passes.manager import Pass, PassContext, PassResult
-from spc.ttnn.precision import PrecisionPlan
+from spc.ttnn.precision import BlockPrecision, PrecisionPlan
 
 
 def block_name(n: Node) -> str:
@@ -38,17 +39,18 @@ class ChoosePrecision(Pass):
     requires = ("partition-host-device",)
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
-        plan: PrecisionPlan = ctx.options.get("precision") or PrecisionPlan()
+        plan: PrecisionPlan = ctx.options.precision
         counts: dict[str, int] = {}
+        changed = False
         for n in g.nodes:
             if n.placement is not Placement.DEVICE:
                 continue
             block = block_name(n)
             p = plan.for_block(block)
-            n.attrs["block"] = block
-            if n.op.name == "spc.Conv2d":
-                n.attrs.update(p.as_attrs())
-                counts[p.short()] = counts.get(p.short(), 0) + 1
+            if n.op.name != "spc.Conv2d":
+                p = BlockPrecision(output_dtype=p.output_dtype)  # only the stored format applies
             else:
-                n.attrs["output_dtype"] = p.output_dtype.value
-        return PassResult(True, {"preset": plan.preset, **counts})
+                counts[p.spell()] = counts.get(p.spell(), 0) + 1
+            changed |= (n.block, n.precision) != (block, p)
+            n.block, n.precision = block, p
+        return PassResult(changed, {"preset": plan.preset, **counts})

@@ -18,7 +18,7 @@ After::
 The region is every host node after the device stage; what enters it from the device must be the
 NMS map (spc.Nms) and a descriptor map 1/cell of its size. It is recognised by what it computes,
 not by its spelling (ir/ops/keypoints.py says what the op computes), one question at a time, each
-answered by running the region on probe maps:
+answered by running the region on trial maps:
 
 1. the selection mode: a count that depends on the data (threshold) or a fixed K (top-K);
 2. each output's role and layout, from a few distinct peaks well inside the map: keypoints as
@@ -43,6 +43,7 @@ from collections.abc import Callable
 import numpy as np
 
 from spc.ir.graph import Graph, Node, Placement, Value
+from spc.ir.interpreter import run_nodes
 from spc.ir.ops import get
 from spc.ir.ops.keypoints import OutputSpec, extract, sample_descriptors
 from spc.passes.manager import Pass, PassContext, PassResult
@@ -64,7 +65,7 @@ def _through_views(v: Value) -> Node | None:
     return n
 
 
-class _Probe:
+class _Trial:
     """The region as a function of the score map, the descriptor map held fixed."""
 
     def __init__(self, nodes: list[Node], score: Value, desc: Value, outputs: list[Value]) -> None:
@@ -77,11 +78,7 @@ class _Probe:
 
     def __call__(self, score_map: np.ndarray) -> list[np.ndarray]:
         env = {id(self.score): score_map.reshape(self.shape), id(self.desc): self.desc_map}
-        for n in self.nodes:
-            args = [None if v is None else (v.data if v.is_const else env[id(v)]) for v in n.inputs]
-            with np.errstate(all="ignore"):
-                for o, r in zip(n.outputs, n.op.evaluate(args, n.attrs)):
-                    env[id(o)] = np.asarray(r)
+        run_nodes(self.nodes, env, quiet=True)  # extreme trial values overflow on purpose
         return [env[id(v)] for v in self.outputs]
 
     def peaks(self, points: list[tuple[int, int]], value: float | np.ndarray, base: float = 0.0) -> np.ndarray:
@@ -107,7 +104,7 @@ def _keypoint_candidates(xy: np.ndarray, h: int, w: int) -> list[tuple[str, np.n
 
 def _role(value: np.ndarray, v: Value, xy: np.ndarray, scores: np.ndarray, desc: np.ndarray, m: int,
           h: int, w: int) -> str | None:
-    """The spec of an output holding ``m`` keypoints first (the probe's peaks), or None."""
+    """The spec of an output holding ``m`` keypoints first (the trial's peaks), or None."""
     a = np.asarray(value)
     for batch in (True, False):
         b = a[0] if batch and a.ndim >= 1 and a.shape[0] == 1 else (None if batch else a)
@@ -131,19 +128,19 @@ def _role(value: np.ndarray, v: Value, xy: np.ndarray, scores: np.ndarray, desc:
     return None
 
 
-def _roles(probe: _Probe, fixed: bool) -> list[str]:
+def _roles(trial: _Trial, fixed: bool) -> list[str]:
     """Each output's spec, from PEAKS distinct peaks well inside the map."""
     rng = np.random.default_rng(SEED + 2)
-    ys = rng.choice(np.arange(probe.h // 4, 3 * probe.h // 4), PEAKS, replace=False)
-    xs = rng.choice(np.arange(probe.w // 4, 3 * probe.w // 4), PEAKS, replace=False)
+    ys = rng.choice(np.arange(trial.h // 4, 3 * trial.h // 4), PEAKS, replace=False)
+    xs = rng.choice(np.arange(trial.w // 4, 3 * trial.w // 4), PEAKS, replace=False)
     values = np.linspace(0.6, 0.95, PEAKS, dtype=np.float32)[rng.permutation(PEAKS)]
-    got = probe(probe.peaks(list(zip(ys, xs)), values))
+    got = trial(trial.peaks(list(zip(ys, xs)), values))
     order = np.argsort(-values, kind="stable") if fixed else np.lexsort((xs, ys))  # best first, or raster
     xy = np.stack([xs[order], ys[order]], -1)
-    scores, desc = values[order], probe.sampled(xy)
+    scores, desc = values[order], trial.sampled(xy)
     specs = []
-    for v, a in zip(probe.outputs, got):
-        spec = _role(a, v, xy, scores, desc, PEAKS, probe.h, probe.w)
+    for v, a in zip(trial.outputs, got):
+        spec = _role(a, v, xy, scores, desc, PEAKS, trial.h, trial.w)
         if spec is None:
             raise NoMatch(f"output %{v.name} {list(np.shape(a))} is none of keypoints, scores, descriptors, mask "
                           "in a layout spc knows")
@@ -155,46 +152,46 @@ def _roles(probe: _Probe, fixed: bool) -> list[str]:
 
 
 # -- 3.-5. threshold, window, fill, limit ------------------------------------------------------------------
-def _count(probe: _Probe, specs: list[str], score_map: np.ndarray) -> int:
+def _count(trial: _Trial, specs: list[str], score_map: np.ndarray) -> int:
     i = [OutputSpec.parse(s).role for s in specs].index("scores")
-    a = probe(score_map)[i]
+    a = trial(score_map)[i]
     return int(a.shape[1] if OutputSpec.parse(specs[i]).batch else a.shape[0])
 
 
-def _first(probe: _Probe, specs: list[str], score_map: np.ndarray) -> tuple[tuple[int, int], float]:
+def _first(trial: _Trial, specs: list[str], score_map: np.ndarray) -> tuple[tuple[int, int], float]:
     """The first keypoint, as (x, y) pixels, and its score."""
-    got = probe(score_map)
+    got = trial(score_map)
     at = {OutputSpec.parse(s).role: (OutputSpec.parse(s), a) for s, a in zip(specs, got)}
     spec, k = at["keypoints"]
     k = np.asarray(k[0] if spec.batch else k, np.float64)
     if spec.scale == "norm":
-        k = k * (np.array([probe.h, probe.w]) if spec.order == "yx" else np.array([probe.w, probe.h]))
+        k = k * (np.array([trial.h, trial.w]) if spec.order == "yx" else np.array([trial.w, trial.h]))
     x, y = (k[0][::-1] if spec.order == "yx" else k[0])
     sspec, s = at["scores"]
     return (round(x), round(y)), float((s[0] if sspec.batch else s)[0])
 
 
-def _anchor(probe: _Probe) -> tuple[int, int]:
-    """A peak of 1 kept in every threshold probe: some exports fail on an image without keypoints
+def _anchor(trial: _Trial) -> tuple[int, int]:
+    """A peak of 1 kept in every threshold trial: some exports fail on an image without keypoints
     (the legacy exporter bakes a Reshape whose 0 then means "copy the input's dimension")."""
-    return probe.h // 2 + 3, probe.w // 2 + 5
+    return trial.h // 2 + 3, trial.w // 2 + 5
 
 
-def _kept_beside_anchor(probe: _Probe, specs: list[str], y: int, x: int, value: float) -> bool:
-    return _count(probe, specs, probe.peaks([_anchor(probe), (y, x)], np.array([1.0, value], np.float32))) == 2
+def _kept_beside_anchor(trial: _Trial, specs: list[str], y: int, x: int, value: float) -> bool:
+    return _count(trial, specs, trial.peaks([_anchor(trial), (y, x)], np.array([1.0, value], np.float32))) == 2
 
 
-def _threshold(probe: _Probe, specs: list[str]) -> float:
+def _threshold(trial: _Trial, specs: list[str]) -> float:
     """The largest float32 score that is dropped (a score is kept iff it is above it). The region's
     scalar constants are tried first; otherwise bisection on the float32 bits of one peak between
     0 (dropped) and 1 (kept)."""
 
     def kept(value: np.float32) -> bool:
-        return _kept_beside_anchor(probe, specs, probe.h // 2, probe.w // 2, float(value))
+        return _kept_beside_anchor(trial, specs, trial.h // 2, trial.w // 2, float(value))
 
     if not kept(np.float32(1)) or kept(np.float32(0)):
         raise NoMatch("no threshold: a peak of 1 beside another is not kept, or a peak of 0 is")
-    scalars = sorted({np.float32(v.data.reshape(-1)[0]) for n in probe.nodes for v in n.inputs
+    scalars = sorted({np.float32(v.data.reshape(-1)[0]) for n in trial.nodes for v in n.inputs
                       if v is not None and v.is_const and v.data.size == 1 and v.data.dtype.kind == "f"})
     for c in scalars:
         if 0 < c < 1 and not kept(c) and kept(np.nextafter(c, np.float32(1))):
@@ -209,10 +206,10 @@ def _threshold(probe: _Probe, specs: list[str]) -> float:
     return float(np.int32(lo).view(np.float32))
 
 
-def _window(probe: _Probe, kept: Callable[[int, int], bool]) -> tuple[int, int, int]:
+def _window(trial: _Trial, kept: Callable[[int, int], bool]) -> tuple[int, int, int]:
     """(border, limit_y, limit_x): a peak is kept iff border <= y < limit_y and border <= x < limit_x.
     Found along the middle row and column; checked on random maps after."""
-    mid_y, mid_x = probe.h // 2, probe.w // 2
+    mid_y, mid_x = trial.h // 2, trial.w // 2
 
     def first_kept(positions: list[int], at: Callable[[int], bool]) -> int | None:
         """How many positions are dropped before the first kept one (the next two kept too)."""
@@ -229,40 +226,40 @@ def _window(probe: _Probe, kept: Callable[[int, int], bool]) -> tuple[int, int, 
             return None
         return lo, size - far
 
-    xs = edges(probe.w, lambda x: kept(mid_y, x))
-    ys = edges(probe.h, lambda y: kept(y, mid_x))
+    xs = edges(trial.w, lambda x: kept(mid_y, x))
+    ys = edges(trial.h, lambda y: kept(y, mid_x))
     if xs is None or ys is None or xs[0] != ys[0]:
         raise NoMatch("the kept pixels are not a window with one border on its near sides")
     return xs[0], ys[1], xs[1]
 
 
-def _fill(probe: _Probe, specs: list[str], window: tuple[int, int, int]) -> float:
+def _fill(trial: _Trial, specs: list[str], window: tuple[int, int, int]) -> float:
     """What the cut border holds in a fixed-K export: with the window far below it, a border pixel
     comes first, with that score."""
     b, ly, lx = window
-    s = np.zeros((probe.h, probe.w), np.float32)
+    s = np.zeros((trial.h, trial.w), np.float32)
     s[b:ly, b:lx] = -1e6
-    _, score = _first(probe, specs, s)
+    _, score = _first(trial, specs, s)
     if not score > -1e6:
         raise NoMatch("the border is not cut by a constant fill")
     return score
 
 
-def _max_keypoints(probe: _Probe, specs: list[str], border: int, limit_y: int, limit_x: int) -> int:
+def _max_keypoints(trial: _Trial, specs: list[str], border: int, limit_y: int, limit_x: int) -> int:
     grid = [(y, x) for y in range(border, limit_y, 9) for x in range(border, limit_x, 9)]
-    got = _count(probe, specs, probe.peaks(grid, np.linspace(0.5, 1.0, len(grid), dtype=np.float32)))
+    got = _count(trial, specs, trial.peaks(grid, np.linspace(0.5, 1.0, len(grid), dtype=np.float32)))
     return got if got < len(grid) else -1
 
 
-def _agrees(probe: _Probe, attrs: dict) -> str | None:
+def _agrees(trial: _Trial, attrs: dict) -> str | None:
     """None if the region and spc.Keypoints agree on random maps, else what differs."""
     rng = np.random.default_rng(SEED + 1)
     for density in (0.002, 0.01):
-        s = np.where(rng.random((probe.h, probe.w)) < density, rng.random((probe.h, probe.w)), 0).astype(np.float32)
+        s = np.where(rng.random((trial.h, trial.w)) < density, rng.random((trial.h, trial.w)), 0).astype(np.float32)
         if attrs["mode"] == "threshold":
-            s[:: max(1, probe.h // 7), ::13] = np.float32(attrs["threshold"])  # exactly at the threshold: dropped
-        want = extract(s.reshape(probe.shape), probe.desc_map, attrs)
-        for v, a, b in zip(probe.outputs, probe(s), want):
+            s[:: max(1, trial.h // 7), ::13] = np.float32(attrs["threshold"])  # exactly at the threshold: dropped
+        want = extract(s.reshape(trial.shape), trial.desc_map, attrs)
+        for v, a, b in zip(trial.outputs, trial(s), want):
             if a.shape != b.shape or not np.allclose(a.astype(np.float64), b.astype(np.float64), atol=1e-5):
                 return f"on a random map of density {density}, output %{v.name} differs"
     return None
@@ -288,31 +285,31 @@ def recognise(post: list[Node], g: Graph) -> tuple[Value, Value, list[Value], di
     if desc.type.rank != 4 or ds[0] != 1 or any(d != 1 for d in sh[:-2]) or sh[-2] % ds[-2] or \
             sh[-2] // ds[-2] != sh[-1] // ds[-1] or sh[-1] % ds[-1]:
         raise NoMatch(f"the maps {list(sh)} and {list(ds)} are not an image's scores and its descriptor cells")
-    probe = _Probe(post, score, desc, outputs)
+    trial = _Trial(post, score, desc, outputs)
     fixed = all(v.type.is_static for v in outputs)
-    specs = _roles(probe, fixed)
-    attrs: dict = {"cell": probe.cell, "outputs": specs, "mode": "fixed" if fixed else "threshold"}
+    specs = _roles(trial, fixed)
+    attrs: dict = {"cell": trial.cell, "outputs": specs, "mode": "fixed" if fixed else "threshold"}
     if fixed:
         kp = outputs[[OutputSpec.parse(s).role for s in specs].index("scores")]
         attrs["max_keypoints"] = int(kp.type.static_shape[-1])
         attrs["threshold"] = float("-inf")
 
         def kept(y: int, x: int) -> bool:
-            return _first(probe, specs, probe.peaks([(y, x)], 1.0)) == ((x, y), 1.0)
+            return _first(trial, specs, trial.peaks([(y, x)], 1.0)) == ((x, y), 1.0)
 
-        window = _window(probe, kept)
-        attrs["fill"] = _fill(probe, specs, window)
+        window = _window(trial, kept)
+        attrs["fill"] = _fill(trial, specs, window)
     else:
-        attrs["threshold"] = _threshold(probe, specs)
+        attrs["threshold"] = _threshold(trial, specs)
 
         def kept(y: int, x: int) -> bool:
-            return _kept_beside_anchor(probe, specs, y, x, 1.0)
+            return _kept_beside_anchor(trial, specs, y, x, 1.0)
 
-        window = _window(probe, kept)
-        attrs["max_keypoints"] = _max_keypoints(probe, specs, *window)
+        window = _window(trial, kept)
+        attrs["max_keypoints"] = _max_keypoints(trial, specs, *window)
         attrs["fill"] = 0.0
     attrs.update(border=window[0], limit_y=window[1], limit_x=window[2])
-    why = _agrees(probe, attrs)
+    why = _agrees(trial, attrs)
     if why:
         raise NoMatch(why)
     return score, desc, outputs, attrs
@@ -331,7 +328,7 @@ class FuseKeypoints(Pass):
         try:
             score, desc, outputs, attrs = recognise(post, g)
         except (NoMatch, ValueError, IndexError, KeyError, TypeError) as exc:
-            why = str(exc) if isinstance(exc, NoMatch) else f"probing failed ({type(exc).__name__}: {exc})"
+            why = str(exc) if isinstance(exc, NoMatch) else f"trying the region failed ({type(exc).__name__}: {exc})"
             ctx.note(f"fuse-keypoints: the host post-processing is not recognised as SuperPoint's keypoint extraction: "
                      f"{why}; the device maps are read densely")
             return PassResult(False, {"recognised": 0, "why_not": why})

@@ -13,7 +13,7 @@ After::
 
 Recognised by value: other spellings (Pow/ReduceSum/Sqrt/Max, multiplication by a reciprocal)
 fuse too. eps is read from the region's clamp constant (0 without one: x / ||x||, as MagicLeap's network
-divides); a probe with norms below eps checks it.
+divides); a trial with norms below eps checks it.
 Only static shapes are fused (the device's descriptor map); the host's per-keypoint
 normalisation stays as it is.
 """
@@ -36,7 +36,7 @@ _STARTS = {"onnx.ReduceL2", "onnx.ReduceSumSquare", "onnx.Pow", "onnx.Mul"}
 
 def region_eps(region: Region) -> float:
     """The clamp constant of the norm (Clip min / Max operand); 0 without one (x / ||x||, as
-    MagicLeap's SuperPointNet divides). The probes check it either way."""
+    MagicLeap's SuperPointNet divides). The trials check it either way."""
     for n in region.nodes:
         if n.op.name in ("onnx.Clip", "onnx.Max"):
             for v in n.inputs[1:]:
@@ -73,12 +73,12 @@ class FuseL2Norm(Pass):
             rng = np.random.default_rng(2)
             shape = entry.type.static_shape
             # norms well below eps tell max(||x||, eps) from ||x||; without eps, small norms still divide
-            probes = [rng.normal(size=shape).astype(np.float32),
+            trials = [rng.normal(size=shape).astype(np.float32),
                       (rng.normal(size=shape) * (eps * 1e-2 if eps > 0 else 1e-3)).astype(np.float32)]
-            envs = [evaluate(region, p) for p in probes]
+            envs = [evaluate(region, p) for p in trials]
             match = None
             for axis in reduced_axes(region, entry.type.rank):
-                wants = [l2_normalize(p, axis, eps) for p in probes]
+                wants = [l2_normalize(p, axis, eps) for p in trials]
                 match = find_exit(g, region, envs, wants, last=False, rtol=1e-5, atol=1e-6)
                 if match is not None and match[0].type.shape == entry.type.shape:
                     break

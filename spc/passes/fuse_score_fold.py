@@ -60,10 +60,10 @@ class FuseScoreFold(Pass):
             tried.append(f"%{entry.name} ({cell * cell + 1} channels)")
             region = grow_region(g, entry, FOLD_OPS)
             rng = np.random.default_rng(0)
-            probes = [rng.normal(0.0, 4.0, entry.type.static_shape).astype(np.float32) for _ in range(2)]
-            envs = [evaluate(region, p) for p in probes]
+            trials = [rng.normal(0.0, 4.0, entry.type.static_shape).astype(np.float32) for _ in range(2)]
+            envs = [evaluate(region, p) for p in trials]
             # the last matching view: the map as the source finally shapes it, e.g. (N, H, W)
-            found = find_exit(g, region, envs, [score_fold(p, cell) for p in probes], last=True,
+            found = find_exit(g, region, envs, [score_fold(p, cell) for p in trials], last=True,
                               rtol=1e-5, atol=1e-7)
             if found is None:
                 continue

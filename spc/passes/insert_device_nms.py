@@ -14,7 +14,7 @@ After::
 
 The pass starts from each value that feeds a stride-1 "same" max-pool with an odd square window
 and accepts the LARGEST closed region after it whose result equals the reference NMS
-(spc_ops.nms) on probe maps full of ties, plateaus, zeros and border peaks, for some number of
+(spc_ops.nms) on trial maps full of ties, plateaus, zeros and border peaks, for some number of
 suppression rounds. Semantics are identical to the source: rounds are kept as found.
 
 Option ``nms_single_pass`` (``spc compile --nms-single-pass``) sets ``iterations = 0`` (keep a
@@ -68,7 +68,7 @@ def pooled_radius(v: Value) -> int | None:
     return None
 
 
-def probe_maps(shape: tuple[int, ...], radius: int) -> list[np.ndarray]:
+def trial_maps(shape: tuple[int, ...], radius: int) -> list[np.ndarray]:
     """Maps that separate NMS variants: many exact ties, flat plateaus, zeros, border peaks."""
     rng = np.random.default_rng(1)
     ties = (rng.integers(0, 6, shape) / 5.0 * (rng.random(shape) < 0.35)).astype(np.float32)
@@ -96,19 +96,19 @@ class InsertDeviceNms(Pass):
                 continue
             tried.append(f"%{entry.name} (radius {radius})")
             region = grow_region(g, entry, NMS_OPS)
-            probes = probe_maps(entry.type.static_shape, radius)
-            envs = [evaluate(region, p) for p in probes]
+            trials = trial_maps(entry.type.static_shape, radius)
+            envs = [evaluate(region, p) for p in trials]
             match = None
             for rounds in range(MAX_ROUNDS + 1):
                 # the fused op keeps its input's shape; views after it stay outside
-                match = find_exit(g, region, envs, [nms(p, radius, rounds) for p in probes], last=True,
+                match = find_exit(g, region, envs, [nms(p, radius, rounds) for p in trials], last=True,
                                   accept=lambda v, shape=entry.type.shape: v.type.shape == shape)
                 if match is not None:
                     break
             if match is None:
                 continue
             exit, nodes = match
-            rounds_used = 0 if ctx.options.get("nms_single_pass") else rounds
+            rounds_used = 0 if ctx.options.nms_single_pass else rounds
             if rounds_used != rounds:
                 ctx.note(f"insert-device-nms: single-pass NMS replaces the source's {rounds} suppression "
                          "round(s); results differ on ties and near-peaks: measure with `spc check`")

@@ -2,14 +2,19 @@
 
 A pass declares a kebab-case ``name``, a one-line ``summary`` and the passes it ``requires``
 to have run before it; the manager enforces the order, verifies the IR after every pass and,
-when a pass fails, says which passes already ran. Instruments (dumps, printing, timing) watch
-the pipeline from outside, as TVM's pass instruments do; a failing instrument only warns.
+when a pass fails, says which passes already ran. Options come frozen (:class:`PipelineOptions`):
+a pass reads them, never writes them. A pass run again with other options (the precision search's
+choice) goes through :meth:`PassManager.rerun`, verified and recorded like the first run; a stage
+that works on the lowered program (the memory planner) is recorded by :meth:`PassManager.stage`.
+Instruments (dumps, printing, timing) watch all of it from outside, as TVM's pass instruments do;
+a failing instrument only warns. :meth:`PassManager.close` ends the run (the dump's summary).
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -17,6 +22,7 @@ from typing import Any, ClassVar
 from spc.errors import SpcError
 from spc.ir.graph import Graph
 from spc.ir.verify import VerifyError, verify
+from spc.ttnn.precision import PrecisionPlan
 
 
 @dataclass
@@ -25,11 +31,19 @@ class PassResult:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PipelineOptions:
+    """What the command line decides for the passes."""
+
+    precision: PrecisionPlan = field(default_factory=PrecisionPlan)  # choose-precision
+    nms_single_pass: bool = False  # insert-device-nms: one suppression round instead of the source's
+
+
 @dataclass
 class PassContext:
-    """Options shared by the pipeline (from the command line) and notes passes leave for the user."""
+    """The pipeline's options and the notes passes leave for the user."""
 
-    options: dict[str, Any] = field(default_factory=dict)
+    options: PipelineOptions = field(default_factory=PipelineOptions)
     notes: list[str] = field(default_factory=list)
 
     def note(self, text: str) -> None:
@@ -48,6 +62,7 @@ class Pass:
 class Instrument:
     def before_all(self, g: Graph) -> None: ...
     def after_pass(self, index: int, p: Pass, g: Graph, result: PassResult, seconds: float) -> None: ...
+    def after_stage(self, record: PassRecord, text: str) -> None: ...
     def after_all(self, g: Graph, records: list[PassRecord]) -> None: ...
 
 
@@ -81,33 +96,60 @@ class PassManager:
     def run(self, g: Graph, ctx: PassContext) -> Graph:
         self._each("before_all", g)
         ran: list[str] = []
-        for i, p in enumerate(self.passes, start=1):
+        for p in self.passes:
             missing = [r for r in p.requires if r not in ran]
             if missing:
                 raise PassError(f"pass {p.name} requires {', '.join(missing)} to run before it")
-            before = g.op_counts()
-            t0 = time.perf_counter()
-            try:
-                result = p.run(g, ctx)
-                if self.verify_each:
-                    verify(g)
-            except VerifyError as exc:
-                raise PassError(f"IR invalid after pass {p.name} (ran: {', '.join(ran) or 'none'}): {exc}") from None
-            except SpcError:
-                raise
-            except Exception as exc:
-                raise PassError(f"pass {p.name} failed (ran before it: {', '.join(ran) or 'none'}): "
-                                f"{type(exc).__name__}: {exc}") from exc
-            seconds = time.perf_counter() - t0
+            self._run_one(p, g, ctx, ran)
             ran.append(p.name)
-            self.records.append(PassRecord(i, p.name, seconds, result.modified, result.stats, before,
-                                           g.op_counts()))
-            for inst in self.instruments:
-                self._safe(inst.after_pass, i, p, g, result, seconds)
             if p.name == self.stop_after:
                 break
-        self._each("after_all", g, self.records)
         return g
+
+    def rerun(self, name: str, g: Graph, ctx: PassContext, record: bool = True) -> PassResult:
+        """Run pipeline pass ``name`` again (with ``ctx``'s options): verified, and unless
+        ``record`` is false (a search's trials) recorded and shown to the instruments."""
+        p = next((p for p in self.passes if p.name == name), None)
+        ran = [r.name for r in self.records]
+        if p is None or name not in ran:
+            raise PassError(f"pass {name} cannot run again: it has not run in this pipeline")
+        return self._run_one(p, g, ctx, ran, record=record)
+
+    def stage(self, name: str, fn: Callable[[], tuple[dict[str, Any], dict[str, int], dict[str, int], str]]) -> None:
+        """Record a stage after the graph passes: ``fn`` returns its stats, the op counts before and
+        after, and its result as text (the dumps show it as ``NN-<name>.txt``)."""
+        t0 = time.perf_counter()
+        stats, before, after, text = fn()
+        rec = PassRecord(len(self.records) + 1, name, time.perf_counter() - t0, before != after, stats, before, after)
+        self.records.append(rec)
+        for inst in self.instruments:
+            self._safe(inst.after_stage, rec, text)
+
+    def close(self, g: Graph) -> None:
+        """The run is over: instruments write what covers all of it (the dump's summary)."""
+        self._each("after_all", g, self.records)
+
+    def _run_one(self, p: Pass, g: Graph, ctx: PassContext, ran: list[str], record: bool = True) -> PassResult:
+        before = g.op_counts()
+        t0 = time.perf_counter()
+        try:
+            result = p.run(g, ctx)
+            if self.verify_each:
+                verify(g)
+        except VerifyError as exc:
+            raise PassError(f"IR invalid after pass {p.name} (ran: {', '.join(ran) or 'none'}): {exc}") from None
+        except SpcError:
+            raise
+        except Exception as exc:
+            raise PassError(f"pass {p.name} failed (ran before it: {', '.join(ran) or 'none'}): "
+                            f"{type(exc).__name__}: {exc}") from exc
+        seconds = time.perf_counter() - t0
+        if record:
+            i = len(self.records) + 1
+            self.records.append(PassRecord(i, p.name, seconds, result.modified, result.stats, before, g.op_counts()))
+            for inst in self.instruments:
+                self._safe(inst.after_pass, i, p, g, result, seconds)
+        return result
 
     def _each(self, hook: str, *args: Any) -> None:
         for inst in self.instruments:
@@ -132,16 +174,21 @@ class PrintAfterAll(Instrument):
               file=self.stream)
         print(str(g), file=self.stream)
 
+    def after_stage(self, record: PassRecord, text: str) -> None:
+        print(f"// ----- after {record.name} -----", file=self.stream)
+        print(text, file=self.stream)
+
 
 class DumpDir(Instrument):
-    """``--dump-dir DIR``: ``NN-<pass>.ir`` and ``NN-<pass>.dot`` per pass, and a summary."""
+    """``--dump-dir DIR``: ``NN-<pass>.ir`` and ``NN-<pass>.dot`` per pass, ``NN-<stage>.txt`` per
+    stage on the lowered program, and a summary."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
 
     def before_all(self, g: Graph) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        for old in list(self.folder.glob("[0-9][0-9]-*.ir")) + list(self.folder.glob("[0-9][0-9]-*.dot")):
+        for old in [f for ext in ("ir", "dot", "txt") for f in self.folder.glob(f"[0-9][0-9]-*.{ext}")]:
             old.unlink()  # only our own files, so a stale dump cannot be mistaken for this run's
         self._write(0, "input", g)
 
@@ -153,6 +200,9 @@ class DumpDir(Instrument):
 
         (self.folder / f"{index:02d}-{name}.ir").write_text(str(g))
         (self.folder / f"{index:02d}-{name}.dot").write_text(to_dot(g))
+
+    def after_stage(self, record: PassRecord, text: str) -> None:
+        (self.folder / f"{record.index:02d}-{record.name}.txt").write_text(text)
 
     def after_all(self, g: Graph, records: list[PassRecord]) -> None:
         (self.folder / "summary.txt").write_text(format_summary(records))

@@ -6,12 +6,12 @@ for a mask, ReduceL2 or Pow/ReduceSum/Sqrt for a norm). A fusion pass here:
 1. picks an *entry* value (e.g. a 4-D map with 65 channels),
 2. grows the *region* of nodes reachable from it through an allowed set of ops (plus
    subgraphs that depend only on constants),
-3. evaluates the region on probe inputs chosen to expose the differences that matter (ties,
+3. evaluates the region on trial inputs chosen to expose the differences that matter (ties,
    plateaus, tiny norms), recording every value, and
-4. accepts an *exit* value whose probe results equal the reference semantics of the fused op,
+4. accepts an *exit* value whose trial results equal the reference semantics of the fused op,
    provided the region up to it is closed: nothing inside it is used from outside.
 
-Probing is a test, not a proof; the probes are chosen per op to break the plausible
+Trial inputs are a test, not a proof; the trials are chosen per op to break the plausible
 near-misses, and each pass's unit tests include such near-misses as negative cases.
 """
 
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spc.ir.graph import Graph, Node, Value
+from spc.ir.interpreter import run_nodes
 
 
 @dataclass
@@ -65,22 +66,8 @@ def grow_region(g: Graph, entry: Value, allowed: set[str]) -> Region:
 
 
 def evaluate(region: Region, entry_data: np.ndarray) -> dict[int, np.ndarray]:
-    """Run the region's nodes on numpy, returning every value by id."""
-    env: dict[int, np.ndarray] = {id(region.entry): entry_data}
-    for n in region.nodes:
-        args = []
-        for v in n.inputs:
-            if v is None:
-                args.append(None)
-            elif id(v) in env:
-                args.append(env[id(v)])
-            elif v.is_const:
-                args.append(v.data)
-            else:
-                raise KeyError(f"%{v.name} is outside the region")
-        for o, r in zip(n.outputs, n.op.evaluate(args, n.attrs)):
-            env[id(o)] = np.asarray(r)
-    return env
+    """Run the region's nodes on ``entry_data`` (ir/interpreter.py), returning every value by id."""
+    return run_nodes(region.nodes, {id(region.entry): entry_data})
 
 
 def closed_prefix(region: Region, exit: Value, g: Graph) -> list[Node] | None:
@@ -106,9 +93,9 @@ def closed_prefix(region: Region, exit: Value, g: Graph) -> list[Node] | None:
 def find_exit(g: Graph, region: Region, envs: list[dict[int, np.ndarray]], wants: list[np.ndarray],
               last: bool, rtol: float = 0.0, atol: float = 0.0,
               accept: Callable[[Value], bool] = lambda v: True) -> tuple[Value, list[Node]] | None:
-    """The first (or last) closed region value equal to ``wants[i]`` on probe ``i``, for all i.
+    """The first (or last) closed region value equal to ``wants[i]`` on trial ``i``, for all i.
 
-    ``envs`` are the region's values on the probes (:func:`evaluate`). A candidate of another
+    ``envs`` are the region's values on the trials (:func:`evaluate`). A candidate of another
     shape but the same element order (a view) also matches, unless ``accept`` rejects it.
     """
     candidates = [v for v in region.values() if v.type.is_static and accept(v)]

@@ -32,7 +32,7 @@ from spc.plan.program import Program
 FORMAT = "spc.ttplan"
 # 2: device tensors say their form (conv layout or plain), program constants, output roles
 # 3: memory configurations live on the calls only (the planner works on the lowered program);
-#    ir.txt no longer carries them
+#    ir.txt prints the compiler's decisions as typed fields (<"block" precision>), not attributes
 FORMAT_VERSION = 3
 _MEMBERS = ("program.json", "weights.safetensors", "ir.txt")
 _EPOCH = (1980, 1, 1, 0, 0, 0)

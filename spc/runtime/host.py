@@ -1,30 +1,21 @@
-"""The host stages: IR nodes evaluated with their numpy semantics (spc.ir.ops)."""
+"""The host stages: a plan's host nodes run by the IR's interpreter (spc.ir.interpreter)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from spc.errors import SpcError
-from spc.ir import ops
+from spc.ir.interpreter import MissingValue, NodeFailed, run_named
 from spc.plan.program import HostNode
 
 
 def run_host(nodes: list[HostNode], env: dict[str, np.ndarray], consts: dict[str, np.ndarray]) -> None:
     """Evaluate ``nodes`` in order, adding their outputs to ``env``."""
-    for n in nodes:
-        args = []
-        for name in n.inputs:
-            if name is None:
-                args.append(None)
-            elif name in env:
-                args.append(env[name])
-            elif name in consts:
-                args.append(consts[name])
-            else:
-                raise SpcError(f"host node {n.name} reads {name}, which nothing produced (damaged plan?)")
-        try:
-            results = ops.get(n.op).evaluate(args, n.attrs)
-        except (ValueError, IndexError, TypeError) as exc:
-            raise SpcError(f"host node {n.name} ({n.op}) failed: {exc}") from None
-        for name, r in zip(n.outputs, results):
-            env[name] = np.asarray(r)
+    try:
+        run_named([(n.name, n.op, n.inputs, n.attrs, n.outputs) for n in nodes], env, consts)
+    except MissingValue as exc:
+        raise SpcError(f"host {exc} (damaged plan?)") from None
+    except KeyError as exc:  # an op this spc does not know
+        raise SpcError(f"host stage: {exc.args[0]}; recompile the plan with this spc") from None
+    except NodeFailed as exc:
+        raise SpcError(f"host {exc}") from None

@@ -31,7 +31,7 @@ A TOML file (``--precision-config``) overrides blocks by glob, in order::
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,20 +66,37 @@ class BlockPrecision:
             if not isinstance(getattr(self, name), bool):
                 raise SpcError(f"precision {name} must be true or false, got {getattr(self, name)!r}")
 
-    def as_attrs(self) -> dict[str, Any]:
-        """As the IR text prints it: names, not types."""
-        return {k: (v.value if isinstance(v, (DataFormat, MathFidelity)) else v) for k, v in asdict(self).items()}
-
-    @staticmethod
-    def from_attrs(attrs: dict[str, Any]) -> BlockPrecision:
-        names = {f.name for f in fields(BlockPrecision)}
-        return BlockPrecision(**{k: (bool(v) if k in ("fp32_dest_acc_en", "packer_l1_acc") else v)
-                                 for k, v in attrs.items() if k in names})
-
-    def short(self) -> str:
+    def spell(self, compute: bool = True) -> str:
+        """``w:bfloat16 HiFi4 fp32acc l1acc out:bfloat16`` (the IR text, pass stats); without
+        ``compute`` only what an op without a matrix engine uses: ``out:bfloat16``."""
+        out = f"out:{self.output_dtype.value}"
+        if not compute:
+            return out
         acc = "fp32acc" if self.fp32_dest_acc_en else "bf16acc"
         l1 = " l1acc" if self.packer_l1_acc else ""
-        return f"w:{self.weights_dtype.value} {self.math_fidelity.value} {acc}{l1} out:{self.output_dtype.value}"
+        return f"w:{self.weights_dtype.value} {self.math_fidelity.value} {acc}{l1} {out}"
+
+    @staticmethod
+    def parse(text: str) -> BlockPrecision:
+        """The inverse of :meth:`spell` (fields it leaves out keep their defaults)."""
+        fields_: dict[str, Any] = {}
+        words = text.split()
+        if not words:
+            raise SpcError("precision: empty spelling")
+        for word in words:
+            if word.startswith("w:"):
+                fields_["weights_dtype"] = word[2:]
+            elif word.startswith("out:"):
+                fields_["output_dtype"] = word[4:]
+            elif word in ("fp32acc", "bf16acc"):
+                fields_["fp32_dest_acc_en"] = word == "fp32acc"
+            elif word == "l1acc":
+                fields_["packer_l1_acc"] = True
+            else:
+                fields_["math_fidelity"] = word
+        if "math_fidelity" in fields_:  # a full spelling: no "l1acc" means none
+            fields_.setdefault("packer_l1_acc", False)
+        return BlockPrecision(**fields_)
 
 
 PRESETS = {

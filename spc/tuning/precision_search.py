@@ -32,8 +32,6 @@ import numpy as np
 
 from spc.errors import SpcError
 from spc.ir.graph import Graph
-from spc.passes.choose_precision import ChoosePrecision
-from spc.passes.manager import PassContext
 from spc.ttnn.precision import PrecisionPlan
 from spc.ttnn.targets import Target, get_target
 from spc.tuning.thresholds import Thresholds
@@ -100,11 +98,14 @@ class SearchResult:
 class Evaluator:
     """Scores precision plans of one compiled graph on calibration inputs."""
 
-    def __init__(self, g: Graph, src: Path, inputs: list[np.ndarray], target: Target | None = None) -> None:
+    def __init__(self, g: Graph, src: Path, inputs: list[np.ndarray], choose: Callable[[PrecisionPlan], None],
+                 target: Target | None = None) -> None:
         from spc.lowering.lower import find_probes
         from spc.tuning.comparison import Comparison
 
         self.g = g
+        # applies a plan to the graph: the compiler re-runs choose-precision through its pass manager
+        self.choose = choose
         self.target = target or get_target("p150")
         self.probes = find_probes(g)
         self.comparison = Comparison(src, self.probes, inputs)
@@ -115,7 +116,7 @@ class Evaluator:
         from spc.memory.residency import predicted_ms
         from spc.plan.io import Plan
 
-        ChoosePrecision().run(self.g, PassContext(options={"precision": plan}))
+        self.choose(plan)
         program, tensors = lower(self.g, self.probes)
         planned = plan_memory(program, self.target)  # formats change buffer sizes
         reports = self.comparison.reports(Plan({}, program, tensors, ""))
@@ -132,14 +133,16 @@ def calibration_inputs(folder: Path | None, shape: list[int]) -> list[np.ndarray
 
 
 def conv_blocks(g: Graph) -> list[str]:
-    return [n.attrs["block"] for n in g.nodes if n.op.name == "spc.Conv2d" and "block" in n.attrs]
+    return [n.block for n in g.nodes if n.op.name == "spc.Conv2d" and n.block is not None]
 
 
-def search(g: Graph, src: Path, calib: Path | None = None, thresholds: Thresholds | None = None,
-           log: Callable[[str], None] = print, target: Target | None = None) -> SearchResult:
-    """Search the precision of compiled graph ``g`` (from ``src``) on calibration inputs, for ``target``."""
+def search(g: Graph, src: Path, choose: Callable[[PrecisionPlan], None], calib: Path | None = None,
+           thresholds: Thresholds | None = None, log: Callable[[str], None] = print,
+           target: Target | None = None) -> SearchResult:
+    """Search the precision of compiled graph ``g`` (from ``src``) on calibration inputs, for
+    ``target``; ``choose`` applies a plan to ``g`` (see :class:`Evaluator`)."""
     shape = [int(d) for d in g.inputs[0].type.static_shape]
-    evaluate = Evaluator(g, src, calibration_inputs(calib, shape), target)
+    evaluate = Evaluator(g, src, calibration_inputs(calib, shape), choose, target)
     return search_plans(conv_blocks(g), evaluate, thresholds or Thresholds(), log)
 
 

@@ -289,7 +289,7 @@ def equivalent(a: Path, b: Path) -> str | None:
     return None
 
 
-def probe_rank3_maxpool(height: int = 64, width: int = 64) -> str:
+def unpatched_legacy_verdict(height: int = 64, width: int = 64) -> str:
     """Export the HF model with the legacy exporter *without* the rank-4 NMS patch and say
     whether onnxruntime loads it (with torch 2.13 it does not: a rank-3 MaxPool)."""
     import io
@@ -327,11 +327,11 @@ def main(argv: list[str] | None = None) -> int:
                                                 "default: a fresh temporary folder")
     ap.add_argument("--only", action="append", choices=sorted(CORPUS), help="check only these exports")
     ap.add_argument("--twice", action="store_true", help="also export each a second time and compare the models")
-    ap.add_argument("--probe", action="store_true",
+    ap.add_argument("--unpatched", action="store_true",
                     help="also check that the unpatched HF legacy export is still rejected (why hf_legacy is patched)")
     args = ap.parse_args(argv)
-    if args.probe:
-        print(probe_rank3_maxpool(), flush=True)
+    if args.unpatched:
+        print(unpatched_legacy_verdict(), flush=True)
     sizes = args.size or [(120, 160)]
     names = args.only or list(CORPUS)
     failed = 0

@@ -16,7 +16,6 @@ from spc.passes.manager import PassContext
 from spc.passes.partition_host_device import PartitionHostDevice
 from spc.plan.program import Program
 from spc.ttnn.memory import L1_FULL, BlockMemory, BufferType, MemoryOverrides, SliceType, parse
-from spc.ttnn.precision import PrecisionPlan
 from spc.ttnn.targets import TARGETS
 from tests.conftest import ir
 
@@ -39,7 +38,7 @@ def two_convs(h: int, w: int) -> str:
 def lowered(h: int, w: int) -> Program:
     g = ir(two_convs(h, w), a=np.ones((64, 1, 3, 3), np.float32), b=np.ones((64, 64, 3, 3), np.float32))
     PartitionHostDevice().run(g, PassContext())
-    ChoosePrecision().run(g, PassContext(options={"precision": PrecisionPlan()}))
+    ChoosePrecision().run(g, PassContext())
     program, _ = lower(g)
     return program
 

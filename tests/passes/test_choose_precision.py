@@ -10,11 +10,11 @@ import pytest
 from spc.errors import SpcError
 from spc.lowering.lower import lower
 from spc.passes.choose_precision import ChoosePrecision
-from spc.passes.manager import PassContext
+from spc.passes.manager import PassContext, PipelineOptions
 from spc.passes.partition_host_device import PartitionHostDevice
 from spc.ttnn.configs import ComputeConfig
 from spc.ttnn.formats import DataFormat, MathFidelity
-from spc.ttnn.precision import PrecisionPlan, load_precision_config
+from spc.ttnn.precision import BlockPrecision, PrecisionPlan, load_precision_config
 from tests.conftest import ir
 
 NET = """graph @t(%x: f32[1,2,8,8]) {
@@ -31,17 +31,32 @@ NET = """graph @t(%x: f32[1,2,8,8]) {
 def compiled(plan: PrecisionPlan):
     g = ir(NET, ea=np.ones((4, 2, 3, 3), np.float32), ka=np.ones((4, 4, 1, 1), np.float32))
     PartitionHostDevice().run(g, PassContext())
-    result = ChoosePrecision().run(g, PassContext(options={"precision": plan}))
+    result = ChoosePrecision().run(g, PassContext(PipelineOptions(precision=plan)))
     return g, result
 
 
 def test_presets_and_block_names() -> None:
     g, result = compiled(PrecisionPlan("balanced"))
     enc, det, norm = g.nodes
-    assert enc.attrs["block"] == "encoder.conv_blocks.0.conv_a" and det.attrs["block"] == "keypoint_decoder.conv_score_a"
-    assert enc.attrs["math_fidelity"] == "HiFi2" and enc.attrs["weights_dtype"] == "bfloat16"
-    assert norm.attrs == {"axis": 1, "eps": 1e-12, "block": "l2norm", "output_dtype": "bfloat16"}
+    assert enc.block == "encoder.conv_blocks.0.conv_a" and det.block == "keypoint_decoder.conv_score_a"
+    assert enc.precision.math_fidelity is MathFidelity.HIFI2 and enc.precision.weights_dtype is DataFormat.BFLOAT16
+    # the decisions are not attributes: the op's meaning is untouched
+    assert norm.attrs == {"axis": 1, "eps": 1e-12}
+    assert norm.block == "l2norm" and norm.precision == BlockPrecision(output_dtype=DataFormat.BFLOAT16)
     assert result.stats["preset"] == "balanced"
+
+
+def test_decisions_print_and_parse_back() -> None:
+    from spc.ir.parser import parse_graph
+    from spc.ir.printer import print_graph, weight_store
+
+    g, _ = compiled(PrecisionPlan("fast").with_rule("l2norm", output_dtype="float32"))
+    text = print_graph(g)
+    assert '#enc @device <"encoder.conv_blocks.0.conv_a" w:bfloat8_b LoFi fp32acc out:bfloat16>' in text
+    assert '#l2norm @device <"l2norm" out:float32>' in text
+    again = parse_graph(text, weight_store(g))
+    assert [(n.block, n.precision) for n in again.nodes] == [(n.block, n.precision) for n in g.nodes]
+    assert print_graph(again) == text
 
 
 def test_overrides_reach_the_ttnn_calls(tmp_path: Path) -> None:

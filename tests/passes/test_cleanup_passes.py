@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spc.ir.evaluate import evaluate_graph
+from spc.ir.interpreter import evaluate_graph
 from spc.ir.printer import print_graph
 from spc.passes.eliminate_dead_code import EliminateDeadCode
 from spc.passes.fold_constants import FoldConstants

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spc.ir.evaluate import evaluate_graph
+from spc.ir.interpreter import evaluate_graph
 from spc.passes.fold_batchnorm import FoldBatchNorm
 from spc.passes.fuse_conv_bias_relu import FuseConvBiasRelu
 from spc.passes.manager import PassContext

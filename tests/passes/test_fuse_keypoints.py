@@ -20,7 +20,7 @@ from tests.conftest import ir
 
 def fused(onnx: Path):
     g = import_onnx(onnx)
-    ctx = PassContext(options={})
+    ctx = PassContext()
     PassManager(default_pipeline(), [], stop_after="fuse-keypoints").run(g, ctx)
     return g, ctx
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spc.ir.evaluate import evaluate_graph
+from spc.ir.interpreter import evaluate_graph
 from spc.passes.fuse_score_fold import FuseScoreFold
 from spc.passes.manager import PassContext
 from tests.passes.builder import Builder

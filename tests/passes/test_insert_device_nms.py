@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spc.ir.evaluate import evaluate_graph
 from spc.ir.graph import Value
+from spc.ir.interpreter import evaluate_graph
 from spc.ir.ops.spc_ops import nms
 from spc.passes.insert_device_nms import InsertDeviceNms
-from spc.passes.manager import PassContext
+from spc.passes.manager import PassContext, PipelineOptions
 from tests.passes.builder import Builder
 
 SHAPE = (1, 20, 24)
@@ -84,7 +84,7 @@ def test_replaces_nms_with_one_op(make, rounds: int) -> None:
 
 def test_single_pass_option_changes_rounds_and_says_so() -> None:
     b = hf_nms(2)
-    ctx = PassContext(options={"nms_single_pass": True})
+    ctx = PassContext(PipelineOptions(nms_single_pass=True))
     InsertDeviceNms().run(b.g, ctx)
     assert b.g.nodes[0].attrs["iterations"] == 0
     assert any("single-pass" in note for note in ctx.notes)

@@ -91,7 +91,7 @@ def _overlay(pkg: Path, root: Path) -> None:
 
 # the device configurations spc opens: one command queue (call by call), and the 1x1 mesh with two
 # command queues that trace replay uses. Each has its own firmware build key.
-_PROBES = {
+_KEY_SCRIPTS = {
     "one queue": "import ttnn\nd = ttnn.open_device(device_id=0, l1_small_size=0, trace_region_size=0)\n"
                  "ttnn.close_device(d)\n",
     "two queues": "import ttnn\nd = ttnn.open_mesh_device(ttnn.MeshShape(1, 1), num_command_queues=2)\n"
@@ -114,23 +114,23 @@ def prepare(home: Path | None = None) -> dict[str, str]:
         return variables
     root = home / "root"
     _overlay(pkg, root)
-    for what, probe in _PROBES.items():
-        _link_firmware_key(what, probe, home, variables, root, firmware)
+    for what, script in _KEY_SCRIPTS.items():
+        _link_firmware_key(what, script, home, variables, root, firmware)
     home.mkdir(parents=True, exist_ok=True)
     stamp.write_text(json.dumps(ready))
     return variables
 
 
-def _link_firmware_key(what: str, probe_code: str, home: Path, variables: dict[str, str], root: Path,
+def _link_firmware_key(what: str, script: str, home: Path, variables: dict[str, str], root: Path,
                        firmware: Path) -> None:
     """The build key is discovered, not assumed: open once in a throw-away cache and read the
     name of the folder tt-metal creates for it; link it to the shipped firmware."""
     for _ in range(2):
-        with tempfile.TemporaryDirectory(dir=home) as probe:
-            run_env = {**os.environ, **variables, "TT_METAL_CACHE": probe + "/"}
-            proc = subprocess.run([sys.executable, "-c", probe_code], env=run_env, cwd=probe, capture_output=True,
+        with tempfile.TemporaryDirectory(dir=home) as scratch:
+            run_env = {**os.environ, **variables, "TT_METAL_CACHE": scratch + "/"}
+            proc = subprocess.run([sys.executable, "-c", script], env=run_env, cwd=scratch, capture_output=True,
                                   text=True, check=False)
-            keys = [p.name[len("tt-metal-cache"):] for p in Path(probe).glob("tt-metal-cache*")]
+            keys = [p.name[len("tt-metal-cache"):] for p in Path(scratch).glob("tt-metal-cache*")]
             keys = [k for k in keys if k.isdigit()]  # tt-metal-cache/ itself holds precompiled headers
         if proc.returncode == 0:
             return

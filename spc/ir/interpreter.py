@@ -1,0 +1,118 @@
+"""The interpreter: nodes run in order with their ops' numpy semantics (``OpDef.evaluate``, the
+one meaning of each op).
+
+One loop serves every caller: checking that a pass preserves what a graph computes
+(:func:`evaluate_graph`), the recognisers that run a candidate region on chosen inputs
+(passes/semantic_match.py, passes/fuse_keypoints.py: :func:`run_nodes`, keyed by IR value), the
+runtime's host stages (runtime/host.py: :func:`run_named`, keyed by the plan's tensor names) and
+the conformance runs (frontend/conformance.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from spc.ir import ops
+from spc.ir.graph import Graph, Node
+from spc.ir.ops import OpDef
+
+
+class MissingValue(KeyError):
+    """A node reads a value that nothing before it produced."""
+
+    def __init__(self, node: str, key: str) -> None:
+        super().__init__(f"node {node} reads {key}, which nothing before it produced")
+        self.node, self.key = node, key
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class NodeFailed(ValueError):
+    """An op's semantics refused its arguments (shapes, values)."""
+
+    def __init__(self, node: str, op: str, error: Exception) -> None:
+        super().__init__(f"node {node} ({op}) failed: {error}")
+        self.node, self.op, self.error = node, op, error
+
+
+@dataclass(frozen=True)
+class Step:
+    """One node as the interpreter sees it: an op, the keys it reads and writes."""
+
+    name: str
+    op: OpDef
+    inputs: tuple[Hashable | None, ...]
+    attrs: Mapping[str, Any]
+    outputs: tuple[Hashable, ...]
+
+
+def run(steps: Iterable[Step], env: dict[Hashable, np.ndarray], constants: Mapping[Hashable, np.ndarray] | None = None,
+        *, quiet: bool = False, label=str) -> dict[Hashable, np.ndarray]:
+    """Run ``steps`` in order, reading ``env`` then ``constants`` and adding each output to
+    ``env``. ``quiet`` silences numpy's floating-point warnings (probing with extreme inputs);
+    ``label`` names a key in errors."""
+    constants = constants or {}
+    for s in steps:
+        args = []
+        for k in s.inputs:
+            if k is None:
+                args.append(None)
+            elif k in env:
+                args.append(env[k])
+            elif k in constants:
+                args.append(constants[k])
+            else:
+                raise MissingValue(s.name, label(k))
+        with np.errstate(all="ignore") if quiet else contextlib.nullcontext():
+            try:
+                results = s.op.evaluate(args, dict(s.attrs))
+            except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError) as exc:
+                raise NodeFailed(s.name, s.op.name, exc) from exc
+        for k, r in zip(s.outputs, results):
+            env[k] = np.asarray(r)
+    return env
+
+
+def _graph_steps(nodes: Iterable[Node]) -> tuple[list[Step], dict[Hashable, np.ndarray]]:
+    steps, consts = [], {}
+    for n in nodes:
+        for v in n.inputs:
+            if v is not None and v.is_const:
+                consts[id(v)] = v.data
+        steps.append(Step(n.name, n.op, tuple(None if v is None else id(v) for v in n.inputs), n.attrs,
+                          tuple(id(o) for o in n.outputs)))
+    return steps, consts
+
+
+def run_nodes(nodes: Iterable[Node], env: dict[int, np.ndarray], *, quiet: bool = False) -> dict[int, np.ndarray]:
+    """IR nodes over values keyed by ``id(value)``; constants are read from the graph."""
+    nodes = list(nodes)
+    names = {id(v): v.name for n in nodes for v in (*n.inputs, *n.outputs) if v is not None}
+    steps, consts = _graph_steps(nodes)
+    return run(steps, env, consts, quiet=quiet, label=lambda k: "%" + names.get(k, "?"))
+
+
+def evaluate_graph(g: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The graph's outputs for ``feeds`` (one array per graph input, by name)."""
+    env: dict[int, np.ndarray] = {}
+    for v in g.inputs:
+        if v.name not in feeds:
+            raise KeyError(f"no value fed for input %{v.name}")
+        env[id(v)] = np.asarray(feeds[v.name])
+    run_nodes(g.nodes, env)
+    return [v.data if v.is_const else env[id(v)] for v in g.outputs]
+
+
+def run_named(nodes: Iterable[tuple[str, str, list[str | None], dict[str, Any], list[str]]],
+              env: dict[str, np.ndarray], constants: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Nodes given as (name, op name, input names, attributes, output names), over tensors keyed
+    by name: a plan's host stages."""
+    steps = [Step(name, ops.get(op), tuple(inputs), attrs, tuple(outputs))
+             for name, op, inputs, attrs, outputs in nodes]
+    return run(steps, env, constants)  # type: ignore[arg-type]
