@@ -94,13 +94,16 @@ def export(output: Path, height: int, width: int, channels: int, weights: str | 
                    "they replace")
 @click.option("--input-shape", default=None, metavar="N,C,H,W",
               help="the input's size, for an export with dynamic axes (e.g. 1,1,480,640)")
-@click.option("--list-passes", is_flag=True, help="list the pipeline and exit")
+@click.option("--explain", default=None, metavar="RULE|FUSION",
+              help="print every candidate of a rewrite rule or fusion, how far it matched and why it stopped "
+                   "(names: --list-passes); writes a plan only with -o")
+@click.option("--list-passes", is_flag=True, help="list the pipeline (and what --explain can name) and exit")
 @_one_line_errors
 def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, print_ir_after_all: bool,
              stop_after: str | None, nms_single_pass: bool, precision: str | None, precision_config: Path | None,
              calib: Path | None, min_f1: float | None, min_desc_pcc: float | None, target: str,
              memory_config: tuple[str, ...], dense: bool, keypoint_capacity: int | None, kernels: str,
-             input_shape: str | None, list_passes: bool) -> None:
+             input_shape: str | None, explain: str | None, list_passes: bool) -> None:
     """Compile an ONNX model into a .ttplan."""
     from spc.compiler import AutoPrecision, compile_onnx
     from spc.passes.pipeline import default_pipeline
@@ -111,10 +114,15 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
     if list_passes:
         for i, p in enumerate(default_pipeline(), 1):
             click.echo(f"{i:2d}  {p.name:<24} {p.summary}")
+            rules = [r for r in p.explains if r != p.name]
+            if rules:
+                click.echo(f"    {'':<24} rules: {', '.join(rules)}")
+        click.echo(f"{len(default_pipeline()) + 1:2d}  {'choose-memory-config':<24} per conv and pool block: L1 or "
+                   "DRAM slices (memory/planner.py, on the lowered program)")
         return
     if source is None:
         raise SpcError("compile needs the ONNX file to compile (spc compile SOURCE -o PLAN)")
-    if output is None and stop_after is None:
+    if output is None and stop_after is None and explain is None:
         output = source.with_suffix(".ttplan")
     auto = None
     if precision == "auto":
@@ -129,7 +137,9 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
                           nms_single_pass=nms_single_pass, target=target, precision=plan, auto=auto,
                           memory=MemoryOverrides.from_cli(memory_config), dense=dense,
                           keypoint_capacity=keypoint_capacity, kernels=kernels == "on",
-                          input_shape=_shape_option(input_shape))
+                          input_shape=_shape_option(input_shape), explain=explain)
+    if result.explained is not None:
+        click.echo(result.explained, nl=False)
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
     counts = result.graph.op_counts()
@@ -140,7 +150,7 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
         click.echo(f"wrote {result.plan}: {dev} device ops, {len(result.graph.nodes) - dev} host ops "
                    f"({', '.join(f'{k} x{v}' for k, v in counts.items() if k.startswith('spc.'))}){share}")
         click.echo("recognised: " + "; ".join(result.recognised))
-    else:
+    elif stop_after is not None:
         click.echo(f"stopped after {stop_after}; no plan written")
     if dump_dir is not None:
         click.echo(f"dumps in {dump_dir}/ (summary.txt)")

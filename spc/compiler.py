@@ -16,7 +16,17 @@ from spc.lowering.lower import find_probes, lower
 from spc.lowering.roles import output_roles
 from spc.memory.planner import check_fits, plan_memory
 from spc.memory.residency import CallRecord, predicted_ms
-from spc.passes.manager import DumpDir, Instrument, PassContext, PassManager, PassRecord, PipelineOptions, PrintAfterAll
+from spc.passes.explain import Explainer
+from spc.passes.manager import (
+    DumpDir,
+    Instrument,
+    Pass,
+    PassContext,
+    PassManager,
+    PassRecord,
+    PipelineOptions,
+    PrintAfterAll,
+)
 from spc.passes.pipeline import default_pipeline
 from spc.plan.io import write_plan
 from spc.plan.listing import call_counts, format_program
@@ -43,6 +53,7 @@ class CompileResult:
     plan: Path | None = None
     macs: tuple[int, int] = (0, 0)  # multiply-adds on the device, on the host
     recognised: list[str] = field(default_factory=list)
+    explained: str | None = None  # --explain: the named rule's or fusion's attempts
 
 
 def check_input(g: Graph, src: Path) -> None:
@@ -71,12 +82,26 @@ def recognised(records: list[PassRecord]) -> list[str]:
     return out
 
 
+def explainer_for(name: str | None, pipeline: list[Pass]) -> Explainer | None:
+    """What ``--explain NAME`` listens to: a rule, or a pass (all its rules, or the recogniser)."""
+    if name is None:
+        return None
+    known = {n: p for p in pipeline for n in p.explains}
+    if name not in known:
+        fusions = [p.name for p in pipeline if p.explains == (p.name,)]
+        rules = [n for p in pipeline for n in p.explains if n != p.name and (p.name,) != p.explains]
+        raise SpcError(f"--explain {name}: no such rule or fusion; fusions: {', '.join(fusions)}; rules: "
+                       f"{', '.join(rules)} (or a rule pass: "
+                       f"{', '.join(p.name for p in pipeline if len(p.explains) > 1)})")
+    return Explainer(frozenset({name}))
+
+
 def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, print_ir: bool = False,
                  stop_after: str | None = None, nms_single_pass: bool = False, target: str = "p150",
                  precision: PrecisionPlan | None = None, auto: AutoPrecision | None = None,
                  memory: MemoryOverrides | None = None, dense: bool = False,
                  keypoint_capacity: int | None = None, kernels: bool = False,
-                 input_shape: list[int] | None = None) -> CompileResult:
+                 input_shape: list[int] | None = None, explain: str | None = None) -> CompileResult:
     """Compile ``src``; with ``auto``, search the precision plan on calibration inputs first
     (tuning/precision_search.py: needs torch and onnxruntime, unlike the rest of compile)."""
     chip = get_target(target)
@@ -89,10 +114,14 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
         instruments.append(PrintAfterAll())
     precision = precision or PrecisionPlan()
     memory = memory or MemoryOverrides()
-    ctx = PassContext(PipelineOptions(precision=precision, nms_single_pass=nms_single_pass))
-    pm = PassManager(default_pipeline(), instruments, stop_after=stop_after)
+    pipeline = default_pipeline()
+    ctx = PassContext(PipelineOptions(precision=precision, nms_single_pass=nms_single_pass),
+                      explainer=explainer_for(explain, pipeline))
+    pm = PassManager(pipeline, instruments, stop_after=stop_after)
     pm.run(g, ctx)
     result = CompileResult(g, pm.records, ctx.notes)
+    if ctx.explainer is not None:
+        result.explained = ctx.explainer.format()
     if stop_after is not None or out is None:
         pm.close(g)
         return result

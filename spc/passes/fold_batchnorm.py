@@ -58,7 +58,8 @@ def _check(m) -> str | None:
 class FoldBatchNorm(Pass):
     name = "fold-batchnorm"
     summary = "fold inference BatchNormalization into the preceding Conv (exact)"
+    explains = (name, *(r.name for r in RULES))
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
-        counts = apply_rules(g, RULES)
+        counts = apply_rules(g, RULES, explain=ctx.explainer, pass_name=self.name)
         return PassResult(bool(counts), counts)

@@ -29,9 +29,16 @@ def _conv_attrs(conv: Node, activation: str) -> dict:
             "kernel_shape": list(w.type.static_shape[2:]), "activation": activation}
 
 
+def _unsupported(conv: Node) -> str | None:
+    """Why spc.Conv2d cannot take this Conv (it stays onnx.Conv, which runs on the host)."""
+    if conv.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        return f"auto_pad {conv.attrs['auto_pad']} (spc.Conv2d takes explicit pads)"
+    if conv.inputs[0].type.rank != 4:
+        return f"a {conv.inputs[0].type.rank}-D convolution (spc.Conv2d is 2-D)"
+    return None
+
+
 def _fused(g: Graph, conv: Node, activation: str, before: Node):
-    if conv.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or conv.inputs[0].type.rank != 4:
-        return None
     return g.make_node(ops.get("spc.Conv2d"), list(conv.inputs), _conv_attrs(conv, activation),
                        name=conv.name, take_name=True, before=before).output
 
@@ -42,9 +49,11 @@ def _relu_follows(g: Graph, conv: Node) -> bool:
 
 RULES = [
     Rule("conv-relu", P("onnx.Relu", P("onnx.Conv", name="conv", single_use=True), name="relu"),
-         lambda g, m: _fused(g, m.node("conv"), "relu", m.node("relu"))),
+         lambda g, m: _fused(g, m.node("conv"), "relu", m.node("relu")),
+         check=lambda g, m: _unsupported(m.node("conv"))),
     Rule("conv", P("onnx.Conv", name="conv"), lambda g, m: _fused(g, m.node("conv"), "none", m.node("conv")),
-         check=lambda g, m: "conv-relu will take it" if _relu_follows(g, m.node("conv")) else None),
+         check=lambda g, m: _unsupported(m.node("conv")) or ("conv-relu will take it"
+                                                              if _relu_follows(g, m.node("conv")) else None)),
 ]
 
 
@@ -52,7 +61,8 @@ class FuseConvBiasRelu(Pass):
     name = "fuse-conv-bias-relu"
     summary = "Conv + bias + Relu -> spc.Conv2d"
     requires = ("fold-batchnorm",)
+    explains = (name, *(r.name for r in RULES))
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
-        counts = apply_rules(g, RULES)
+        counts = apply_rules(g, RULES, explain=ctx.explainer, pass_name=self.name)
         return PassResult(bool(counts), counts)

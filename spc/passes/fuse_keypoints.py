@@ -46,6 +46,7 @@ from spc.ir.graph import Graph, Node, Placement, Value
 from spc.ir.interpreter import run_nodes
 from spc.ir.ops import get
 from spc.ir.ops.keypoints import OutputSpec, extract, sample_descriptors
+from spc.passes.explain import Attempt
 from spc.passes.manager import Pass, PassContext, PassResult
 
 SEED = 20261129
@@ -265,9 +266,14 @@ def _agrees(trial: _Trial, attrs: dict) -> str | None:
     return None
 
 
-def recognise(post: list[Node], g: Graph) -> tuple[Value, Value, list[Value], dict]:
+def recognise(post: list[Node], g: Graph, attempt: Attempt | None = None) -> tuple[Value, Value, list[Value], dict]:
     """The NMS map, the descriptor map, the outputs and the attributes of spc.Keypoints; NoMatch
-    with the reason otherwise."""
+    with the reason otherwise. ``attempt`` hears each finding (``--explain``)."""
+
+    def found(text: str) -> None:
+        if attempt is not None:
+            attempt.step(text)
+
     entering = {id(v): v for n in post for v in n.inputs
                 if v is not None and v.producer is not None and v.producer.placement is Placement.DEVICE}
     outputs = [v for v in g.outputs if v.producer is not None and v.producer.placement is Placement.HOST_POST]
@@ -281,6 +287,7 @@ def recognise(post: list[Node], g: Graph) -> tuple[Value, Value, list[Value], di
     if score is None:
         raise NoMatch("no NMS map (spc.Nms) enters the host post-processing")
     desc = next(v for v in maps if v is not score)
+    found(f"maps: %{score.name} (NMS) and %{desc.name} (descriptors)")
     sh, ds = score.type.static_shape, desc.type.static_shape
     if desc.type.rank != 4 or ds[0] != 1 or any(d != 1 for d in sh[:-2]) or sh[-2] % ds[-2] or \
             sh[-2] // ds[-2] != sh[-1] // ds[-1] or sh[-1] % ds[-1]:
@@ -288,7 +295,9 @@ def recognise(post: list[Node], g: Graph) -> tuple[Value, Value, list[Value], di
     trial = _Trial(post, score, desc, outputs)
     fixed = all(v.type.is_static for v in outputs)
     specs = _roles(trial, fixed)
+    found(f"outputs: {', '.join(specs)}")
     attrs: dict = {"cell": trial.cell, "outputs": specs, "mode": "fixed" if fixed else "threshold"}
+    found(f"mode: {attrs['mode']} ({'static' if fixed else 'data-dependent'} output shapes), cell {trial.cell}")
     if fixed:
         kp = outputs[[OutputSpec.parse(s).role for s in specs].index("scores")]
         attrs["max_keypoints"] = int(kp.type.static_shape[-1])
@@ -309,6 +318,8 @@ def recognise(post: list[Node], g: Graph) -> tuple[Value, Value, list[Value], di
         attrs["max_keypoints"] = _max_keypoints(trial, specs, *window)
         attrs["fill"] = 0.0
     attrs.update(border=window[0], limit_y=window[1], limit_x=window[2])
+    found(f"threshold {attrs['threshold']:g}, max keypoints {attrs['max_keypoints']}, border {window[0]}, "
+          f"window {window[1]}x{window[2]}, fill {attrs['fill']:g}")
     why = _agrees(trial, attrs)
     if why:
         raise NoMatch(why)
@@ -319,21 +330,27 @@ class FuseKeypoints(Pass):
     name = "fuse-keypoints"
     summary = "recognise the host post-processing as SuperPoint keypoint extraction (one op)"
     requires = ("partition-host-device",)
+    explains = (name,)
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
         post = [n for n in g.nodes if n.placement is Placement.HOST_POST]
         if not post:
             return PassResult(False, {"recognised": 0, "why_not": "no host post-processing (the device outputs are the "
                                                                   "model's)"})
+        attempt = ctx.attempt(self.name, f"the host post-processing ({len(post)} node(s))")
         try:
-            score, desc, outputs, attrs = recognise(post, g)
+            score, desc, outputs, attrs = recognise(post, g, attempt)
         except (NoMatch, ValueError, IndexError, KeyError, TypeError) as exc:
             why = str(exc) if isinstance(exc, NoMatch) else f"trying the region failed ({type(exc).__name__}: {exc})"
+            if attempt:
+                attempt.stopped(why)
             ctx.note(f"fuse-keypoints: the host post-processing is not recognised as SuperPoint's keypoint extraction: "
                      f"{why}; the device maps are read densely")
             return PassResult(False, {"recognised": 0, "why_not": why})
         node = g.make_node(get("spc.Keypoints"), [score, desc], attrs, out_types=[v.type for v in outputs],
                            name="keypoints", out_names=[v.name + "_fused" for v in outputs])
+        if attempt:
+            attempt.fired(f"spc.Keypoints replaces the post-processing's {len(post)} node(s)")
         node.placement = Placement.HOST_POST
         for old, new in zip(outputs, node.outputs):
             g.replace_all_uses(old, new)

@@ -26,7 +26,7 @@ from spc.ir.graph import Graph
 from spc.ir.ops.infer import axes_from, norm_axis
 from spc.ir.ops.spc_ops import l2_normalize
 from spc.passes.manager import Pass, PassContext, PassResult
-from spc.passes.semantic_match import Region, evaluate, find_exit, fuse_region, grow_region
+from spc.passes.semantic_match import Region, describe_region, evaluate, find_exit, fuse_region, grow_region
 
 NORM_OPS = {"onnx.ReduceL2", "onnx.ReduceSum", "onnx.ReduceSumSquare", "onnx.Pow", "onnx.Mul", "onnx.Sqrt",
             "onnx.Clip", "onnx.Max", "onnx.Expand", "onnx.Div", "onnx.Reciprocal", "onnx.Add", "onnx.Unsqueeze",
@@ -59,6 +59,7 @@ class FuseL2Norm(Pass):
     name = "fuse-l2norm"
     summary = "x / max(||x||, eps) -> spc.L2Norm"
     requires = ("simplify-shapes",)
+    explains = (name,)
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
         fused, tried = 0, []
@@ -68,8 +69,12 @@ class FuseL2Norm(Pass):
             if entry.producer is not None and entry.producer not in g.nodes:
                 continue
             tried.append(f"%{entry.name}")
+            attempt = ctx.attempt(self.name, tried[-1])
             region = grow_region(g, entry, NORM_OPS)
             eps = region_eps(region)
+            if attempt:
+                attempt.step(describe_region(region))
+                attempt.step(f"eps {eps:g} (from the region's Clip/Max)" if eps else "no eps in the region")
             rng = np.random.default_rng(2)
             shape = entry.type.static_shape
             # norms well below eps tell max(||x||, eps) from ||x||; without eps, small norms still divide
@@ -77,16 +82,24 @@ class FuseL2Norm(Pass):
                       (rng.normal(size=shape) * (eps * 1e-2 if eps > 0 else 1e-3)).astype(np.float32)]
             envs = [evaluate(region, p) for p in trials]
             match = None
+            misses: list[str] | None = [] if attempt else None
             for axis in reduced_axes(region, entry.type.rank):
                 wants = [l2_normalize(p, axis, eps) for p in trials]
-                match = find_exit(g, region, envs, wants, last=False, rtol=1e-5, atol=1e-6)
-                if match is not None and match[0].type.shape == entry.type.shape:
+                if misses is not None:
+                    misses.append(f"axis {axis}:")
+                found = find_exit(g, region, envs, wants, last=False, rtol=1e-5, atol=1e-6, misses=misses)
+                if found is not None and found[0].type.shape == entry.type.shape:
+                    match = found
                     break
-                match = None
             if match is None:
+                if attempt:
+                    attempt.stopped("no region value equals x / max(||x||, eps) along an axis: "
+                                    + " ".join(misses or []))
                 continue
             exit, nodes = match
             fuse_region(g, nodes, exit, "spc.L2Norm", [entry], {"axis": axis, "eps": eps}, "l2norm")
+            if attempt:
+                attempt.fired(f"%{exit.name} = spc.L2Norm(axis {axis}) over {len(nodes)} node(s)")
             fused += 1
             tried.pop()
         stats: dict = {"fused": fused}

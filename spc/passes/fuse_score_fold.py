@@ -28,7 +28,7 @@ import numpy as np
 from spc.ir.graph import Graph, Value
 from spc.ir.ops.spc_ops import score_fold
 from spc.passes.manager import Pass, PassContext, PassResult
-from spc.passes.semantic_match import evaluate, find_exit, fuse_region, grow_region
+from spc.passes.semantic_match import describe_region, evaluate, find_exit, fuse_region, grow_region
 
 FOLD_OPS = {"onnx.Softmax", "onnx.Exp", "onnx.ReduceSum", "onnx.ReduceMax", "onnx.Sub", "onnx.Div",
             "onnx.Slice", "onnx.Gather", "onnx.Split", "onnx.Transpose", "onnx.Reshape", "onnx.Squeeze",
@@ -48,6 +48,7 @@ class FuseScoreFold(Pass):
     name = "fuse-score-fold"
     summary = "softmax + dustbin drop + depth-to-space -> spc.ScoreFold"
     requires = ("simplify-shapes",)
+    explains = (name,)
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
         fused, tried, returned = 0, [], []
@@ -58,18 +59,27 @@ class FuseScoreFold(Pass):
             if cell is None or not entry.uses or (entry.producer is not None and entry.producer not in g.nodes):
                 continue
             tried.append(f"%{entry.name} ({cell * cell + 1} channels)")
+            attempt = ctx.attempt(self.name, tried[-1])
             region = grow_region(g, entry, FOLD_OPS)
+            if attempt:
+                attempt.step(describe_region(region))
             rng = np.random.default_rng(0)
             trials = [rng.normal(0.0, 4.0, entry.type.static_shape).astype(np.float32) for _ in range(2)]
             envs = [evaluate(region, p) for p in trials]
+            misses: list[str] | None = [] if attempt else None
             # the last matching view: the map as the source finally shapes it, e.g. (N, H, W)
             found = find_exit(g, region, envs, [score_fold(p, cell) for p in trials], last=True,
-                              rtol=1e-5, atol=1e-7)
+                              rtol=1e-5, atol=1e-7, misses=misses)
             if found is None:
+                if attempt:
+                    attempt.stopped("no region value equals softmax over the channels, dustbin drop and "
+                                    f"depth-to-space ({'; '.join(misses or [])})")
                 continue
             exit, nodes = found
             fuse_region(g, nodes, exit, "spc.ScoreFold", [entry],
                         {"cell": cell, "out_shape": list(exit.type.static_shape)}, "score_fold")
+            if attempt:
+                attempt.fired(f"%{exit.name} = spc.ScoreFold over {len(nodes)} node(s)")
             fused += 1
             tried.pop()
         stats: dict = {"fused": fused}

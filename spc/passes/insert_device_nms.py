@@ -29,7 +29,7 @@ import numpy as np
 from spc.ir.graph import Graph, Node, Value
 from spc.ir.ops.spc_ops import nms
 from spc.passes.manager import Pass, PassContext, PassResult
-from spc.passes.semantic_match import evaluate, find_exit, fuse_region, grow_region
+from spc.passes.semantic_match import describe_region, evaluate, find_exit, fuse_region, grow_region
 
 NMS_OPS = {"onnx.MaxPool", "onnx.Equal", "onnx.Cast", "onnx.Greater", "onnx.GreaterOrEqual", "onnx.Less",
            "onnx.LessOrEqual", "onnx.Where", "onnx.Not", "onnx.And", "onnx.Or", "onnx.Xor", "onnx.Unsqueeze",
@@ -85,6 +85,7 @@ class InsertDeviceNms(Pass):
     name = "insert-device-nms"
     summary = "recognise the NMS subgraph by its semantics and replace it with spc.Nms"
     requires = ("fuse-score-fold",)
+    explains = (name,)
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
         fused, found_rounds, tried = 0, [], []
@@ -95,17 +96,26 @@ class InsertDeviceNms(Pass):
             if radius is None:
                 continue
             tried.append(f"%{entry.name} (radius {radius})")
+            attempt = ctx.attempt(self.name, tried[-1])
             region = grow_region(g, entry, NMS_OPS)
+            if attempt:
+                attempt.step(describe_region(region))
             trials = trial_maps(entry.type.static_shape, radius)
             envs = [evaluate(region, p) for p in trials]
             match = None
+            misses: list[str] | None = [] if attempt else None
             for rounds in range(MAX_ROUNDS + 1):
+                if misses is not None:
+                    misses.append(f"{rounds} round(s):")
                 # the fused op keeps its input's shape; views after it stay outside
                 match = find_exit(g, region, envs, [nms(p, radius, rounds) for p in trials], last=True,
-                                  accept=lambda v, shape=entry.type.shape: v.type.shape == shape)
+                                  accept=lambda v, shape=entry.type.shape: v.type.shape == shape, misses=misses)
                 if match is not None:
                     break
             if match is None:
+                if attempt:
+                    attempt.stopped(f"no region value equals NMS (radius {radius}) for 0..{MAX_ROUNDS} rounds: "
+                                    + " ".join(misses or []))
                 continue
             exit, nodes = match
             rounds_used = 0 if ctx.options.nms_single_pass else rounds
@@ -113,6 +123,8 @@ class InsertDeviceNms(Pass):
                 ctx.note(f"insert-device-nms: single-pass NMS replaces the source's {rounds} suppression "
                          "round(s); results differ on ties and near-peaks: measure with `spc check`")
             fuse_region(g, nodes, exit, "spc.Nms", [entry], {"radius": radius, "iterations": rounds_used}, "nms")
+            if attempt:
+                attempt.fired(f"%{exit.name} = spc.Nms(radius {radius}, {rounds} round(s)) over {len(nodes)} node(s)")
             fused += 1
             found_rounds.append(rounds)
             tried.pop()

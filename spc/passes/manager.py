@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from spc.errors import SpcError
 from spc.ir.graph import Graph
 from spc.ir.verify import VerifyError, verify
+from spc.passes.explain import Attempt, Explainer
 from spc.ttnn.precision import PrecisionPlan
 
 
@@ -41,10 +42,16 @@ class PipelineOptions:
 
 @dataclass
 class PassContext:
-    """The pipeline's options and the notes passes leave for the user."""
+    """The pipeline's options, the notes passes leave for the user, and who listens to the
+    recognisers (``--explain``)."""
 
     options: PipelineOptions = field(default_factory=PipelineOptions)
     notes: list[str] = field(default_factory=list)
+    explainer: Explainer | None = None
+
+    def attempt(self, fusion: str, candidate: str) -> Attempt | None:
+        """A candidate of ``fusion``, to describe when it is being explained (else None)."""
+        return self.explainer.begin(fusion, candidate) if self.explainer is not None else None
 
     def note(self, text: str) -> None:
         self.notes.append(text)
@@ -54,6 +61,8 @@ class Pass:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     requires: ClassVar[tuple[str, ...]] = ()
+    # what `--explain` can name in this pass: its rules, or the pass itself for a recogniser
+    explains: ClassVar[tuple[str, ...]] = ()
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
         raise NotImplementedError

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spc.ir.graph import Graph, Node, Value
+from spc.passes.explain import Explainer
 
 
 @dataclass(frozen=True)
@@ -56,33 +57,53 @@ def single_use(g: Graph, v: Value) -> bool:
     return len(v.uses) == 1 and v not in g.outputs
 
 
-def match(pat: P | None, v: Value | None, g: Graph, m: Match | None = None) -> Match | None:
+def _ops(pat: P) -> tuple[str, ...]:
+    return (pat.op,) if isinstance(pat.op, str) else tuple(pat.op or ())
+
+
+def match(pat: P | None, v: Value | None, g: Graph, m: Match | None = None, trace: list[str] | None = None,
+          at: str = "root") -> Match | None:
+    """The bindings of ``pat`` matched at ``v``, or None. ``trace`` collects what matched, and
+    last, where and why the match stopped (``spc compile --explain``)."""
     m = Match() if m is None else m
+
+    def stop(why: str) -> None:
+        if trace is not None:
+            trace.append(f"stopped at {at}: {why}")
+
     if pat is None or (pat.op is None and not pat.const and pat.inputs is None):
         if pat is not None and pat.name:
             m[pat.name] = v
         return m
     if v is None:
+        stop("no value (an omitted optional input)")
         return None
     if pat.const:
         if not v.is_const:
+            stop(f"%{v.name} is not a constant")
             return None
         if pat.name:
             m[pat.name] = v
         return m
     node = v.producer
     if node is None:
+        stop(f"%{v.name} is a graph input, not the result of {' or '.join(_ops(pat))}")
         return None
-    ops = (pat.op,) if isinstance(pat.op, str) else pat.op
-    if pat.op is not None and node.op.name not in ops:
+    if pat.op is not None and node.op.name not in _ops(pat):
+        stop(f"%{v.name} comes from {node.op.name} #{node.name}, not {' or '.join(_ops(pat))}")
         return None
     if pat.single_use and not single_use(g, v):
+        stop(f"%{v.name} has {len(v.uses)} user(s){' and is a graph output' if v in g.outputs else ''}; "
+             "fusing it away needs exactly one")
         return None
+    if trace is not None:
+        trace.append(f"{at}: {node.op.name} #{node.name}")
     if pat.inputs is not None:
         if len(pat.inputs) > len(node.inputs):
+            stop(f"#{node.name} has {len(node.inputs)} input(s), the pattern {len(pat.inputs)}")
             return None
-        for sub, inp in zip(pat.inputs, node.inputs):
-            if match(sub, inp, g, m) is None:
+        for i, (sub, inp) in enumerate(zip(pat.inputs, node.inputs)):
+            if match(sub, inp, g, m, trace, f"{at}.input[{i}]") is None:
                 return None
     if pat.name:
         m[pat.name] = node
@@ -98,11 +119,13 @@ class Rule:
     check: Callable[[Graph, Match], str | None] = field(default=lambda g, m: None)
 
 
-def apply_rules(g: Graph, rules: Sequence[Rule], max_rounds: int = 50) -> dict[str, Any]:
+def apply_rules(g: Graph, rules: Sequence[Rule], max_rounds: int = 50, explain: Explainer | None = None,
+                pass_name: str = "") -> dict[str, Any]:
     """Apply rules until none fires; returns {rule name: count} (rules that fired only).
 
     A value created by a rewrite takes the name of the value it replaces, and its node the name
-    of the node it replaces, so names keep pointing back to the source model.
+    of the node it replaces, so names keep pointing back to the source model. With ``explain``,
+    every node whose op is a rule's root is an attempt of that rule (``pass_name`` explains them all).
     """
     counts: dict[str, int] = {}
     for _ in range(max_rounds):
@@ -111,15 +134,34 @@ def apply_rules(g: Graph, rules: Sequence[Rule], max_rounds: int = 50) -> dict[s
             if node not in g.nodes or len(node.outputs) != 1:
                 continue
             for rule in rules:
-                m = match(rule.pattern, node.output, g)
-                if m is None or rule.check(g, m) is not None:
+                attempt = None
+                if explain is not None and node.op.name in _ops(rule.pattern):
+                    attempt = explain.begin(rule.name, f"#{node.name} ({node.op.name})", also=pass_name)
+                trace: list[str] | None = [] if attempt is not None else None
+                m = match(rule.pattern, node.output, g, trace=trace)
+                if attempt is not None:
+                    for line in trace or []:
+                        if line.startswith("stopped "):
+                            attempt.stopped(line.removeprefix("stopped "))
+                        else:
+                            attempt.step(line)
+                if m is None:
+                    continue
+                why = rule.check(g, m)
+                if why is not None:
+                    if attempt is not None:
+                        attempt.stopped(f"the check: {why}")
                     continue
                 before = {id(n) for n in g.nodes}
                 new = rule.rewrite(g, m)
                 if new is None:
+                    if attempt is not None:
+                        attempt.stopped("the rewrite declined")
                     continue
                 _replace(g, node, new, created=new.producer is not None and id(new.producer) not in before)
                 counts[rule.name] = counts.get(rule.name, 0) + 1
+                if attempt is not None:
+                    attempt.fired(f"%{new.name} from {new.producer.op.name}" if new.producer else f"%{new.name}")
                 fired = True
                 break
         if not fired:

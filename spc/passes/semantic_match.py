@@ -91,19 +91,22 @@ def closed_prefix(region: Region, exit: Value, g: Graph) -> list[Node] | None:
 
 
 def find_exit(g: Graph, region: Region, envs: list[dict[int, np.ndarray]], wants: list[np.ndarray],
-              last: bool, rtol: float = 0.0, atol: float = 0.0,
-              accept: Callable[[Value], bool] = lambda v: True) -> tuple[Value, list[Node]] | None:
+              last: bool, rtol: float = 0.0, atol: float = 0.0, accept: Callable[[Value], bool] = lambda v: True,
+              misses: list[str] | None = None) -> tuple[Value, list[Node]] | None:
     """The first (or last) closed region value equal to ``wants[i]`` on trial ``i``, for all i.
 
     ``envs`` are the region's values on the trials (:func:`evaluate`). A candidate of another
     shape but the same element order (a view) also matches, unless ``accept`` rejects it.
+    ``misses`` collects why nothing did: the nearest value and how far it was, or the equal value
+    whose other results escape the region.
     """
     candidates = [v for v in region.values() if v.type.is_static and accept(v)]
     if last:
         candidates.reverse()
+    nearest: tuple[float, Value, int] | None = None
     for cand in candidates:
         ok = True
-        for env, want in zip(envs, wants):
+        for i, (env, want) in enumerate(zip(envs, wants)):
             got = env.get(id(cand))
             if got is None or got.size != want.size:
                 ok = False
@@ -111,6 +114,11 @@ def find_exit(g: Graph, region: Region, envs: list[dict[int, np.ndarray]], wants
             got = got.reshape(want.shape)
             exact = rtol == 0 and atol == 0
             if not (np.array_equal(got, want) if exact else np.allclose(got, want, rtol=rtol, atol=atol)):
+                if misses is not None:
+                    with np.errstate(all="ignore"):
+                        diff = float(np.nanmax(np.abs(got.astype(np.float64) - want))) if got.size else 0.0
+                    if nearest is None or diff < nearest[0]:
+                        nearest = (diff, cand, i)
                 ok = False
                 break
         if not ok:
@@ -118,7 +126,28 @@ def find_exit(g: Graph, region: Region, envs: list[dict[int, np.ndarray]], wants
         nodes = closed_prefix(region, cand, g)
         if nodes:
             return cand, nodes
+        if misses is not None:
+            misses.append(f"%{cand.name} ({_maker(cand)}) is equal, but other results of the nodes computing it are "
+                          "used outside the region")
+    if misses is not None:
+        sized = sum(1 for c in candidates if all(env.get(id(c)) is not None and env[id(c)].size == w.size
+                                                 for env, w in zip(envs, wants)))
+        misses.append(f"{len(candidates)} region value(s) compared, {sized} of the wanted size"
+                      + (f"; nearest %{nearest[1].name} ({_maker(nearest[1])}): max |diff| {nearest[0]:.3g} on trial "
+                         f"{nearest[2]}" if nearest else ""))
     return None
+
+
+def _maker(v: Value) -> str:
+    return v.producer.op.name if v.producer is not None else "input"
+
+
+def describe_region(region: Region) -> str:
+    counts: dict[str, int] = {}
+    for n in region.nodes:
+        counts[n.op.name] = counts.get(n.op.name, 0) + 1
+    ops = ", ".join(f"{op} x{k}" if k > 1 else op for op, k in counts.items())
+    return f"region: {len(region.nodes)} node(s) from %{region.entry.name} ({ops or 'none'})"
 
 
 def replace_region(g: Graph, nodes: list[Node], exit: Value, new: Value) -> None:

@@ -112,7 +112,8 @@ class SimplifyShapes(Pass):
     name = "simplify-shapes"
     summary = "collapse chains of layout ops (squeeze/unsqueeze, reshape, transpose, channel picks)"
     requires = ("fold-constants",)
+    explains = (name, *(r.name for r in RULES))
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
-        counts = apply_rules(g, RULES)
+        counts = apply_rules(g, RULES, explain=ctx.explainer, pass_name=self.name)
         return PassResult(bool(counts), counts)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -86,7 +87,16 @@ def _overlay(pkg: Path, root: Path) -> None:
         (root / "runtime" / entry.name).symlink_to(entry)
     compiler = root / "runtime" / "sfpi" / "compiler" / "bin"
     compiler.mkdir(parents=True)
-    (compiler / "riscv-tt-elf-g++").symlink_to(HERE / "fake_riscv_gxx.py")
+    # a wrapper, not a symlink to the script: an installed wheel drops a module's executable bit
+    # (setuptools copies .py files without their mode), and tt-metal would get "Permission denied"
+    gxx = compiler / "riscv-tt-elf-g++"
+    gxx.write_text(f'#!/bin/sh\nexec {_compiler_command()} "$@"\n')
+    gxx.chmod(0o755)
+
+
+def _compiler_command() -> str:
+    """The stand-in compiler run by this interpreter, isolated (-I: it needs the standard library only)."""
+    return shlex.join([sys.executable, "-I", str(HERE / "fake_riscv_gxx.py")])
 
 
 # the device configurations spc opens: one command queue (call by call), and the 1x1 mesh with two
@@ -108,8 +118,9 @@ def prepare(home: Path | None = None) -> dict[str, str]:
         raise HarnessError(f"the ttnn wheel no longer ships Blackhole firmware {SHIPPED_BLACKHOLE_FIRMWARE}")
     variables = env(home)
     stamp = home / "ready.json"
-    # the overlay links this very copy of the stand-in compiler: a moved or reinstalled spc rebuilds it
-    ready = {"package": str(pkg), "ttnn": TTNN_VERSION, "compiler": str(HERE / "fake_riscv_gxx.py")}
+    # the overlay runs this very copy of the stand-in compiler with this interpreter: a moved or
+    # reinstalled spc (or venv) rebuilds it
+    ready = {"package": str(pkg), "ttnn": TTNN_VERSION, "compiler": _compiler_command()}
     if stamp.exists() and json.loads(stamp.read_text()) == ready:
         return variables
     root = home / "root"
