@@ -8,7 +8,7 @@ on scikit-image's natural images (emu backend) and print one row: what fusions f
 the share of multiply-adds on the device, keypoint F1 (median, min), score-map and descriptor PCC
 (min), and whether every call ran on the mock p150 (`--no-mock` to skip). Keypoints are the
 model's own outputs, or for a model returning raw heads, SuperPoint's standard extraction of its
-logits on both sides (runtime/superpoint.py).
+logits on both sides (tuning/superpoint.py).
 """
 
 from __future__ import annotations

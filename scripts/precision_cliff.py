@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/precision_cliff.py                 # 480x640, six natural images
 
-Each row compiles the same ONNX with one precision plan (ir/precision.py), runs `spc check`
+Each row compiles the same ONNX with one precision plan (ttnn/precision.py), runs `spc check`
 against onnxruntime fp32 on scikit-image's natural images, and reports the worst score and
 descriptor PCC, the keypoint F1 (median and min) and the plan's predicted device time
 (memory/cost.py).

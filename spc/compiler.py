@@ -121,7 +121,9 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
     pm.run(g, ctx)
     result = CompileResult(g, pm.records, ctx.notes)
     if ctx.explainer is not None:
-        result.explained = ctx.explainer.format()
+        owner = next(p.name for p in pipeline if explain in p.explains)
+        why = next((r.stats.get("why_not") for r in pm.records if r.name == owner), None)
+        result.explained = ctx.explainer.format(why)
     if stop_after is not None or out is None:
         pm.close(g)
         return result

@@ -50,7 +50,7 @@ def test_conv2d(act: str, s: int, oh: int, ow: int) -> None:
     got, want, calls = run_lowered(CONV.format(act=act, s=s, oh=oh, ow=ow), x, w=w, b=b)
     assert calls == ["ttnn.conv2d"]
     # exact products, fp32 accumulation within a kernel row, bf16 packs between rows and around
-    # the bias add (runtime/numerics.py): a few bf16 ulps of the partial sums
+    # the bias add (ttnn/numerics.py): a few bf16 ulps of the partial sums
     np.testing.assert_allclose(got, want, rtol=0, atol=2**-6 * float(np.abs(want).max()))
 
 

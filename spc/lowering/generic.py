@@ -1,6 +1,6 @@
 """Every ONNX op ttnn can compute, lowered on its own: what runs when no fusion recognised a region.
 
-Each lowering picks the form it computes in (lowering/layout.py). Element-wise ops stay in the
+Each lowering picks the form it computes in (ttnn/layout.py). Element-wise ops stay in the
 form of their operands: in the conv form ``[1, 1, N*H*W, C]`` right after a convolution (a
 per-channel constant becomes a ``[1, 1, 1, C]`` operand), in the plain form elsewhere, where
 ttnn broadcasts numpy-style. Reductions and softmax over the channel axis of an NCHW map are

@@ -51,9 +51,11 @@ class Explainer:
         self.attempts.append(a)
         return a
 
-    def format(self) -> str:
+    def format(self, why_not: str | None = None) -> str:
+        """The attempts, deduplicated; ``why_not`` (the pass's own summary) when there were none."""
         if not self.attempts:
-            return f"{', '.join(sorted(self.names))}: no candidate in this graph\n"
+            why = f" ({why_not})" if why_not else ""
+            return f"{', '.join(sorted(self.names))}: no candidate in this graph{why}\n"
         seen: set[tuple[str, str, tuple[str, ...], str]] = set()
         lines = []
         for a in self.attempts:

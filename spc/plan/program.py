@@ -100,7 +100,7 @@ def numel(shape: list[int]) -> int:
 @dataclass
 class DeviceTensor:
     """A tensor crossing the host/device boundary: its IR name and shape, and its device layout
-    (``form``: "nhwc" = ttnn's conv layout [1, 1, N*H*W, C], "plain" = the IR shape; lowering/layout.py)."""
+    (``form``: "nhwc" = ttnn's conv layout [1, 1, N*H*W, C], "plain" = the IR shape; ttnn/layout.py)."""
 
     name: str
     shape: list[int]

@@ -1,7 +1,7 @@
 """ttnn calls emulated on the CPU with torch.
 
 An emulation is ``fn(inputs, weights, args) -> tensor`` and returns the op's result before
-storage; the emu program then stores it in the call's ``dtype`` (runtime/numerics.py:
+storage; the emu program then stores it in the call's ``dtype`` (ttnn/numerics.py:
 round_storage), as the device packs outputs. conv2d models the matrix engine itself (fidelity
 phases, accumulation, packing between K blocks: numerics.conv2d_device). Masks are 0/1 tensors,
 as ttnn's comparison ops return them. Weights are converted once by ``prepare_weight``, as ttnn

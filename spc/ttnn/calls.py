@@ -1,7 +1,7 @@
 """Each program call as a ttnn call, described once.
 
 The ttnn backend (runtime/ttnn_backend.py) evaluates these descriptions against the installed
-ttnn; `spc emit-py` (lowering/emit_py.py) prints them as Python source. Keeping one description
+ttnn; `spc emit-py` (tools/emit_py.py) prints them as Python source. Keeping one description
 means the program a person reads is the program that ran. Needs neither ttnn nor numpy.
 
 A description is made of plain values (ints, bools, lists, None) and these markers:
@@ -103,8 +103,7 @@ def _conv(op: CallSpec) -> Call:
     cc: ComputeConfig = a["compute_config"]
     config = {k: spell(v) for k, v in conv.ttnn_kwargs().items() if v is not None}
     compute = Call("ttnn.init_device_compute_kernel_config", (ARCH,),
-                   {"math_fidelity": spell(cc.math_fidelity), "fp32_dest_acc_en": cc.fp32_dest_acc_en,
-                    "packer_l1_acc": cc.packer_l1_acc})
+                   {k: spell(v) for k, v in cc.ttnn_kwargs().items()})
     kwargs: dict[str, Any] = {"input_tensor": Ref(op.inputs[0]), "weight_tensor": Weight(op.weights["weight_tensor"])}
     if "bias_tensor" in op.weights:
         kwargs["bias_tensor"] = Weight(op.weights["bias_tensor"], bias=True)

@@ -9,8 +9,9 @@ here with its default, and the place that decides it (docs/memory.md, "Adding a 
 from __future__ import annotations
 
 import enum
+import typing
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from spc.ttnn.formats import DataFormat, MathFidelity
 from spc.ttnn.memory import TensorLayout
@@ -31,9 +32,66 @@ class Activation(enum.Enum):
     RELU = "relu"
 
 
+class _Config:
+    """A ttnn configuration object as a frozen dataclass: every field is one ttnn field, written to
+    and read from the plan's JSON by its type (enums by value, PageLayout by name), so adding a
+    field is adding a line."""
+
+    json_name: ClassVar[str]  # the call argument it is (conv_config), for errors
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: _encode(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Self:
+        what = cls.json_name
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        if set(d) - names:
+            raise ValueError(f"{what} has unknown fields {sorted(set(d) - names)}")
+        if names - set(d):
+            raise ValueError(f"{what} lacks fields {sorted(names - set(d))}")
+        hints = typing.get_type_hints(cls)
+        return cls(**{name: _decode(hints[name], d[name], f"{what}.{name}") for name in names})
+
+    def ttnn_kwargs(self) -> dict[str, Any]:
+        """Field -> value as ttnn takes it (ttnn/calls.py spells the typed ones)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, PageLayout):
+        return value.name
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def _decode(hint: Any, raw: Any, what: str) -> Any:
+    options = [a for a in typing.get_args(hint) if a is not type(None)]
+    if options:  # X | None
+        if raw is None:
+            return None
+        hint = options[0]
+    if hint is PageLayout:
+        try:
+            return PageLayout[raw]
+        except KeyError:
+            raise ValueError(f"{what}: {raw!r} is not one of {', '.join(p.name for p in PageLayout)}") from None
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        try:
+            return hint(raw)
+        except ValueError:
+            raise ValueError(f"{what}: {raw!r} is not one of {', '.join(str(e.value) for e in hint)}") from None
+    if hint is bool and isinstance(raw, bool):
+        return raw
+    if hint is int and isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    raise ValueError(f"{what}: {raw!r} is not a {getattr(hint, '__name__', hint)}")
+
+
 @dataclass(frozen=True)
-class Conv2dConfig:
+class Conv2dConfig(_Config):
     """``ttnn.Conv2dConfig``: what spc sets of it."""
+
+    json_name: ClassVar[str] = "conv_config"
 
     weights_dtype: DataFormat = DataFormat.BFLOAT16
     activation: Activation | None = None
@@ -49,44 +107,13 @@ class Conv2dConfig:
     def act_block_tiles(self) -> int:
         return self.act_block_h_override // 32
 
-    def to_json(self) -> dict[str, Any]:
-        activation = self.activation.value if self.activation else None
-        return {"weights_dtype": self.weights_dtype.value, "activation": activation,
-                "shard_layout": self.shard_layout.value, "output_layout": self.output_layout.name,
-                "deallocate_activation": self.deallocate_activation, "act_block_h_override": self.act_block_h_override}
-
-    @staticmethod
-    def from_json(d: dict[str, Any]) -> Conv2dConfig:
-        unknown = set(d) - {f.name for f in fields(Conv2dConfig)}
-        if unknown:
-            raise ValueError(f"conv_config has unknown fields {sorted(unknown)}")
-        return Conv2dConfig(DataFormat.parse(d["weights_dtype"], "weights_dtype"),
-                            Activation(d["activation"]) if d.get("activation") else None,
-                            TensorLayout(d["shard_layout"]), PageLayout[d["output_layout"]],
-                            bool(d["deallocate_activation"]), int(d["act_block_h_override"]))
-
-    def ttnn_kwargs(self) -> dict[str, Any]:
-        """Field -> value as ``ttnn.Conv2dConfig`` takes it (markers for ttnn attributes: ttnn/calls.py)."""
-        return {"weights_dtype": self.weights_dtype, "shard_layout": self.shard_layout,
-                "output_layout": self.output_layout, "deallocate_activation": self.deallocate_activation,
-                "act_block_h_override": self.act_block_h_override, "activation": self.activation}
-
 
 @dataclass(frozen=True)
-class ComputeConfig:
+class ComputeConfig(_Config):
     """``ttnn.init_device_compute_kernel_config(arch, ...)``: the matrix engine's precision."""
+
+    json_name: ClassVar[str] = "compute_config"
 
     math_fidelity: MathFidelity = MathFidelity.HIFI4
     fp32_dest_acc_en: bool = True
     packer_l1_acc: bool = True
-
-    def to_json(self) -> dict[str, Any]:
-        return {"math_fidelity": self.math_fidelity.value, "fp32_dest_acc_en": self.fp32_dest_acc_en,
-                "packer_l1_acc": self.packer_l1_acc}
-
-    @staticmethod
-    def from_json(d: dict[str, Any]) -> ComputeConfig:
-        if set(d) != {"math_fidelity", "fp32_dest_acc_en", "packer_l1_acc"}:
-            raise ValueError(f"compute_config has fields {sorted(d)}")
-        return ComputeConfig(MathFidelity.parse(d["math_fidelity"]), bool(d["fp32_dest_acc_en"]),
-                             bool(d["packer_l1_acc"]))

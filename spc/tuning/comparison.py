@@ -9,7 +9,7 @@ What is compared comes from the plan's output roles (lowering/roles.py), never f
   pre-NMS score map, the normalised descriptor map) and for dense outputs with a role; their PCC;
 * raw detector logits (a model without post-processing in the graph): both sides' logits go
   through SuperPoint's standard extraction (softmax, fold, NMS radius 4, threshold 0.005, border
-  4: runtime/superpoint.py), so keypoints are compared too, and the score maps by PCC;
+  4: tuning/superpoint.py), so keypoints are compared too, and the score maps by PCC;
 * every other output: its PCC and largest difference.
 """
 

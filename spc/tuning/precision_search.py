@@ -6,7 +6,7 @@ and descriptor PCC within 0.001 of what the `accurate` plan gets on that input (
 few inputs let the greedy search walk to the edge and lose 0.05 F1 on other images). Absolute
 floors may be given instead (--min-f1 on the median, --min-desc-pcc on the worst input).
 
-The search, cheapest first, measured with the emulator (runtime/numerics.py) and ranked by
+The search, cheapest first, measured with the emulator (ttnn/numerics.py) and ranked by
 the predicted device time (memory/cost.py):
 
 1. `accurate`, to anchor the thresholds, then the presets `fast` and `balanced`; the cheapest
@@ -59,7 +59,7 @@ class Score:
 
     @staticmethod
     def of(reports: list, device_ms: float) -> Score:
-        """Median F1 and worst PCCs over per-input reports (runtime/check.ImageReport)."""
+        """Median F1 and worst PCCs over per-input reports (tuning/comparison.ImageReport)."""
         return Score(statistics.median(r.f1 for r in reports), min(r.descriptor_pcc for r in reports),
                      min(r.score_pcc for r in reports), device_ms, tuple(r.f1 for r in reports),
                      tuple(r.descriptor_pcc for r in reports))
