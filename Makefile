@@ -14,7 +14,7 @@ PY312 ?= $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.12.1/
 TTNN_VENV := .venv-ttnn
 TTNN_STAMP := $(TTNN_VENV)/.installed
 
-.PHONY: demo test lint bench mock-env corpus device-conformance clean
+.PHONY: demo test lint bench mock-env corpus device-conformance fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -33,7 +33,8 @@ $(TTNN_STAMP): pyproject.toml spc/runtime/ttnn_mock/harness.py spc/runtime/ttnn_
 	@test -n "$(PY312)" || { echo "make mock-env: no Python 3.12 found (pyenv 3.12.1 or python3.12); set PY312=" >&2; exit 1; }
 	$(PY312) -m venv $(TTNN_VENV)
 	$(TTNN_VENV)/bin/pip install -q --upgrade "pip>=23"
-	$(TTNN_VENV)/bin/pip install -q ttnn==0.81.1 safetensors==0.8.0 click==8.5.1 rich==15.0.0 pillow==13.0.0
+	$(TTNN_VENV)/bin/pip install -q ttnn==0.81.1 safetensors==0.8.0 click==8.5.1 rich==15.0.0 pillow==13.0.0 \
+		pydantic==2.14.4
 	$(TTNN_VENV)/bin/pip install -q --no-deps -e .
 	cd $(TTNN_VENV) && ./bin/python -m spc.runtime.ttnn_mock.harness
 	touch $(TTNN_STAMP)
@@ -49,6 +50,10 @@ bench: $(STAMP)
 # every export of tests/corpus at 480x640: compile, check against onnxruntime, the mock p150 (docs/corpus.md)
 corpus: $(STAMP) $(TTNN_STAMP)
 	$(BIN)/python scripts/corpus_report.py
+
+# 10,000 hostile plans, models, inputs and output paths in worker processes (docs/fuzz.md; the suite runs a minute)
+fuzz: $(STAMP)
+	$(BIN)/python scripts/fuzz.py --cases 10000 --jobs 2
 
 # every ONNX conformance case whose ops lower, on the emulator and on the mock p150 (the suite runs one per op set)
 device-conformance: $(STAMP) $(TTNN_STAMP)

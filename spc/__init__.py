@@ -1,3 +1,19 @@
-"""spc: a graph compiler from SuperPoint ONNX to Tenstorrent ttnn programs."""
+"""spc: a graph compiler from SuperPoint ONNX to Tenstorrent ttnn programs.
+
+The Python API (spc/api.py), imported on first use so that `import spc` stays light:
+``spc.compile(onnx) -> Model``, ``spc.load(plan) -> Model``, ``Model.run(image) -> Features``.
+"""
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+_API = ("compile", "load", "Model", "Features")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from spc import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'spc' has no attribute {name!r}")

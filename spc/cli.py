@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,20 @@ from typing import Any
 import click
 
 from spc.errors import SpcError
+from spc.ttnn.targets import DEFAULT_TARGET, TARGETS
+
+# a module of an optional extra, missing: what needs it and what to install (pyproject.toml)
+_FULL = "pip install 'spc[full]' (torch, transformers, onnxscript, onnxruntime)"
+_EXTRAS = {
+    "torch": f"this command needs torch (export, the emu backend, check): {_FULL}",
+    "transformers": f"spc export needs transformers (the HF SuperPoint model): {_FULL}",
+    "onnxscript": f"spc export needs onnxscript (torch.onnx's exporter): {_FULL}",
+    "onnxruntime": f"this command compares against onnxruntime: {_FULL}",
+    "ttnn": "the ttnn backends need ttnn 0.81.1 (Python 3.10/3.12): `make mock-env`, or pip install ttnn==0.81.1",
+}
+
+
+_VERBOSITY_KEY = "spc.verbosity"
 
 
 def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -21,8 +37,14 @@ def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from spc import console
+
+        ctx = click.get_current_context(silent=True)
+        console.set_level(ctx.meta.get(_VERBOSITY_KEY, console.NORMAL) if ctx else console.NORMAL)
         try:
-            return fn(*args, **kwargs)
+            with warnings.catch_warnings():  # numpy's remarks on a hostile model's NaNs are not the user's
+                warnings.simplefilter("ignore", RuntimeWarning)
+                return fn(*args, **kwargs)
         except SpcError as exc:
             click.echo(f"spc: error: {exc}", err=True)
             sys.exit(1)
@@ -32,21 +54,61 @@ def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as exc:
             if os.environ.get("SPC_DEBUG"):
                 raise
+            if isinstance(exc, ModuleNotFoundError) and exc.name in _EXTRAS:  # a base install
+                click.echo(f"spc: error: {_EXTRAS[exc.name]}", err=True)
+                sys.exit(1)
+            if isinstance(exc, OSError) and exc.filename is not None:  # the file system's answer: the user's to fix
+                from spc.files import os_error
+
+                click.echo(f"spc: error: {os_error(exc.filename, exc, 'cannot use')}", err=True)
+                sys.exit(1)
             first = str(exc).splitlines()[0] if str(exc) else ""
             click.echo(f"spc: internal error: {type(exc).__name__}: {first} (SPC_DEBUG=1 shows the traceback)",
                        err=True)
             sys.exit(2)
+        finally:  # in-process callers (tests, notebooks) start each command afresh
+            console.set_level(console.NORMAL)
 
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def _set_verbosity(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    from spc import console
+
+    if value:  # ctx.meta is shared by the group's and the command's contexts
+        ctx.meta[_VERBOSITY_KEY] = console.QUIET if param.name == "quiet" else console.VERBOSE
+
+
+def _verbosity(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """-q/-v, taken before the command (`spc -q run ...`) or after it (`spc run ... -q`)."""
+    fn = click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_set_verbosity,
+                      help="also say what each step did and how long it took (stderr)")(fn)
+    return click.option("-q", "--quiet", is_flag=True, expose_value=False, callback=_set_verbosity,
+                        help="print only errors and the result asked for (tables, --json)")(fn)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+             epilog="\b\nA first run:\n  spc export -o superpoint.onnx\n  spc compile superpoint.onnx -o sp.ttplan\n"
+                    "  spc run sp.ttplan img.jpg -o kp.npz\n  spc check sp.ttplan img.jpg\n\n"
+                    "`spc COMMAND --help` shows a command's options and examples.")
 @click.version_option(package_name="spc")
+@_verbosity
 def main() -> None:
     """spc: compile SuperPoint ONNX models to Tenstorrent ttnn programs."""
 
 
-@main.command(short_help="HF SuperPoint -> ONNX (post-processing included).")
+def _command(short_help: str, examples: list[str], name: str | None = None) -> Callable[..., Any]:
+    """A subcommand: its one-line help, examples after its options, and -q/-v."""
+    epilog = "\b\nExamples:\n" + "\n".join(f"  {e}" for e in examples)
+    return lambda fn: main.command(name=name, short_help=short_help, epilog=epilog)(_verbosity(fn))
+
+
+_JSON = click.option("--json", "as_json", is_flag=True, help="print the result as JSON (stdout)")
+
+
+@_command("HF SuperPoint -> ONNX (post-processing included).",
+          ["spc export -o superpoint.onnx", "spc export -o sp240.onnx --height 240 --width 320",
+           "spc export -o mine.onnx --weights superpoint_v1.pth --max-keypoints 1024"])
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("superpoint.onnx"), show_default=True)
 @click.option("--height", default=480, show_default=True, help="input height (multiple of 8)")
 @click.option("--width", default=640, show_default=True, help="input width (multiple of 8)")
@@ -54,17 +116,35 @@ def main() -> None:
 @click.option("--weights", default=None, help="HF folder, state-dict file or hub id (default: demo weights)")
 @click.option("--threshold", type=float, default=None, help="keypoint threshold (HF default 0.005)")
 @click.option("--max-keypoints", type=int, default=None, help="keep the top K keypoints (HF default -1: all)")
+@click.option("--overwrite", is_flag=True, help="replace the output if it exists (default: refuse)")
+@_JSON
 @_one_line_errors
 def export(output: Path, height: int, width: int, channels: int, weights: str | None, threshold: float | None,
-           max_keypoints: int | None) -> None:
+           max_keypoints: int | None, overwrite: bool, as_json: bool) -> None:
     """Export Hugging Face SuperPoint (post-processing included) to ONNX."""
+    from spc.files import check_outputs
     from spc.frontend.export import export_onnx
 
-    export_onnx(output, height, width, channels, weights, threshold, max_keypoints)
-    click.echo(f"wrote {output} ({height}x{width}x{channels}, opset 18)")
+    check_outputs([output], _files_of([Path(weights)] if weights else []), overwrite)
+    from spc import console
+
+    export_onnx(output, height, width, channels, weights, threshold, max_keypoints,
+                log=(lambda line: None) if as_json else console.info)
+    if as_json:
+        import onnx
+
+        meta = {p.key: p.value for p in onnx.load(str(output), load_external_data=False).metadata_props}
+        click.echo(json.dumps({"output": str(output), "input_shape": [1, channels, height, width], "opset": 18,
+                               "metadata": meta}, indent=1, sort_keys=True))
+    else:
+        console.info(f"wrote {output} ({height}x{width}x{channels}, opset 18)")
 
 
-@main.command(name="compile", short_help="ONNX -> .ttplan (passes, precision, lowering).")
+@_command("ONNX -> .ttplan (passes, precision, lowering).",
+          ["spc compile superpoint.onnx -o sp.ttplan", "spc compile superpoint.onnx -o sp.ttplan --precision auto",
+           "spc compile model.onnx -o sp.ttplan --input-shape 1,1,480,640 --target n150",
+           "spc compile superpoint.onnx --dump-dir dumps/ --explain fuse-score-fold",
+           "spc -v compile superpoint.onnx -o sp.ttplan --memory-config 'encoder.*=l1:abh=2'"], name="compile")
 @click.argument("source", type=click.Path(path_type=Path), required=False)
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="plan file (.ttplan)")
 @click.option("--dump-dir", type=click.Path(path_type=Path), default=None, help="write NN-<pass>.ir/.dot + summary")
@@ -79,7 +159,7 @@ def export(output: Path, height: int, width: int, channels: int, weights: str | 
               help="auto: folder of calibration images (default: the shipped set)")
 @click.option("--min-f1", type=float, default=None, help="auto: absolute keypoint F1 floor")
 @click.option("--min-desc-pcc", type=float, default=None, help="auto: absolute descriptor PCC floor")
-@click.option("--target", type=click.Choice(["p150", "n150", "n300"]), default="p150", show_default=True,
+@click.option("--target", type=click.Choice(list(TARGETS)), default=DEFAULT_TARGET, show_default=True,
               help="the chip the plan is for (targets.py)")
 @click.option("--memory-config", "memory_config", multiple=True, metavar="BLOCK=SPEC",
               help="force a block's memory configuration: l1, l1:abh=N, dram:height=N, dram:width=N "
@@ -98,13 +178,17 @@ def export(output: Path, height: int, width: int, channels: int, weights: str | 
               help="print every candidate of a rewrite rule or fusion, how far it matched and why it stopped "
                    "(names: --list-passes); writes a plan only with -o")
 @click.option("--list-passes", is_flag=True, help="list the pipeline (and what --explain can name) and exit")
+@click.option("--overwrite", is_flag=True,
+              help="replace an existing plan, and earlier dumps in --dump-dir (default: refuse)")
+@_JSON
 @_one_line_errors
 def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, print_ir_after_all: bool,
              stop_after: str | None, nms_single_pass: bool, precision: str | None, precision_config: Path | None,
              calib: Path | None, min_f1: float | None, min_desc_pcc: float | None, target: str,
              memory_config: tuple[str, ...], dense: bool, keypoint_capacity: int | None, kernels: str,
-             input_shape: str | None, explain: str | None, list_passes: bool) -> None:
+             input_shape: str | None, explain: str | None, list_passes: bool, overwrite: bool, as_json: bool) -> None:
     """Compile an ONNX model into a .ttplan."""
+    from spc import console
     from spc.compiler import AutoPrecision, compile_onnx
     from spc.passes.pipeline import default_pipeline
     from spc.ttnn.memory import MemoryOverrides
@@ -124,36 +208,99 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
         raise SpcError("compile needs the ONNX file to compile (spc compile SOURCE -o PLAN)")
     if output is None and stop_after is None and explain is None:
         output = source.with_suffix(".ttplan")
+    inputs = _files_of([source, *(p for p in (precision_config, calib) if p is not None)])
+    if output is not None and stop_after is None:  # the plan is written: never over an input or earlier plan
+        from spc.files import check_outputs
+
+        check_outputs([output], inputs, overwrite)
+    if dump_dir is not None:
+        _check_dump_dir(dump_dir, [*inputs, *([output] if output else [])], overwrite)
     auto = None
     if precision == "auto":
         if precision_config:
             raise SpcError("--precision auto searches the precision itself; drop --precision-config")
-        auto = AutoPrecision(calib, Thresholds(min_f1=min_f1, min_desc_pcc=min_desc_pcc),
-                             log=lambda line: click.echo(line, err=True))
-        click.echo("precision search (emulated, against onnxruntime on the calibration inputs):", err=True)
+        auto = AutoPrecision(calib, Thresholds(min_f1=min_f1, min_desc_pcc=min_desc_pcc), log=console.note)
+        console.note("precision search (emulated, against onnxruntime on the calibration inputs):")
     plan = (load_precision_config(precision_config, precision) if precision_config
             else PrecisionPlan("accurate" if precision in (None, "auto") else precision))
-    result = compile_onnx(source, output, dump_dir=dump_dir, print_ir=print_ir_after_all, stop_after=stop_after,
-                          nms_single_pass=nms_single_pass, target=target, precision=plan, auto=auto,
-                          memory=MemoryOverrides.from_cli(memory_config), dense=dense,
-                          keypoint_capacity=keypoint_capacity, kernels=kernels == "on",
-                          input_shape=_shape_option(input_shape), explain=explain)
+    try:
+        result = compile_onnx(source, output, dump_dir=dump_dir, print_ir=print_ir_after_all, stop_after=stop_after,
+                              nms_single_pass=nms_single_pass, target=target, precision=plan, auto=auto,
+                              memory=MemoryOverrides.from_cli(memory_config), dense=dense,
+                              keypoint_capacity=keypoint_capacity, kernels=kernels == "on",
+                              input_shape=_shape_option(input_shape), explain=explain)
+    except OSError as exc:  # writing the dumps (the plan's own write reports itself)
+        if dump_dir is None:
+            raise
+        from spc.files import os_error
+
+        raise os_error(exc.filename or dump_dir, exc, "cannot write the dumps") from None
     if result.explained is not None:
         click.echo(result.explained, nl=False)
-    for note in result.notes:
-        click.echo(f"note: {note}", err=True)
+    for r in result.records:  # -v: what each pass did (the dumps' summary.txt in full)
+        console.detail(f"{r.index:3d}  {r.name:<26} {r.seconds * 1e3:9.1f} ms  {'changed' if r.modified else '-'}")
     counts = result.graph.op_counts()
+    report: dict[str, Any] = {"plan": str(result.plan) if result.plan else None, "notes": result.notes,
+                              "recognised": result.recognised,
+                              "passes": [{"name": r.name, "ms": round(r.seconds * 1e3, 3), "changed": r.modified}
+                                         for r in result.records]}
+    lines: list[str] = []
     if result.plan is not None:
-        dev = sum(1 for n in result.graph.nodes if n.placement.value == "device")
+        from spc.ir.graph import Placement
+
+        dev = sum(1 for n in result.graph.nodes if n.placement is Placement.DEVICE)
         macs = result.macs
+        fused = {k: v for k, v in counts.items() if k.startswith("spc.")}
+        report.update(device_ops=dev, host_ops=len(result.graph.nodes) - dev, fused=fused,
+                      device_macs_share=round(macs[0] / (macs[0] + macs[1]), 6) if sum(macs) else None)
         share = f"; {100 * macs[0] / (macs[0] + macs[1]):.1f} % of multiply-adds on the device" if sum(macs) else ""
-        click.echo(f"wrote {result.plan}: {dev} device ops, {len(result.graph.nodes) - dev} host ops "
-                   f"({', '.join(f'{k} x{v}' for k, v in counts.items() if k.startswith('spc.'))}){share}")
-        click.echo("recognised: " + "; ".join(result.recognised))
+        lines += [f"wrote {result.plan}: {dev} device ops, {len(result.graph.nodes) - dev} host ops "
+                  f"({', '.join(f'{k} x{v}' for k, v in fused.items())}){share}",
+                  "recognised: " + "; ".join(result.recognised)]
     elif stop_after is not None:
-        click.echo(f"stopped after {stop_after}; no plan written")
+        lines.append(f"stopped after {stop_after}; no plan written")
     if dump_dir is not None:
-        click.echo(f"dumps in {dump_dir}/ (summary.txt)")
+        lines.append(f"dumps in {dump_dir}/ (summary.txt)")
+    if as_json:
+        click.echo(json.dumps(report, indent=1))
+        return
+    for note in result.notes:
+        console.note(note)
+    for line in lines:
+        console.info(line)
+
+
+def _files_of(paths: list[Path]) -> list[Path]:
+    """The files a command reads: files as given, a folder's files (one level: an HF folder, a
+    calibration set)."""
+    out: list[Path] = []
+    for p in paths:
+        out.append(p)
+        if p.is_dir():
+            with contextlib.suppress(OSError):  # the command itself says why it cannot read the folder
+                out.extend(f for f in p.iterdir() if f.is_file())
+    return out
+
+
+_DUMP_PATTERNS = ("[0-9][0-9]-*.ir", "[0-9][0-9]-*.dot", "[0-9][0-9]-*.txt", "summary.txt")
+
+
+def _check_dump_dir(dump_dir: Path, inputs: list[Path], overwrite: bool) -> None:
+    """--dump-dir replaces its own earlier dumps (NN-<pass>.ir/.dot/.txt, summary.txt): only with
+    --overwrite, and never an input or the plan that happens to be named like one."""
+    from spc.files import file_keys
+
+    if os.path.lexists(dump_dir) and not dump_dir.is_dir():
+        raise SpcError(f"--dump-dir {dump_dir}: is a file, not a folder; give a folder for the dumps")
+    folder = {k for k in file_keys(dump_dir) if k[0] == "path"}
+    for p in inputs:
+        if {k for k in file_keys(p.parent) if k[0] == "path"} & folder and any(p.match(g) for g in _DUMP_PATTERNS):
+            raise SpcError(f"{p}: --dump-dir {dump_dir} writes files of this name; choose another --dump-dir")
+    if dump_dir.is_dir() and not overwrite:
+        old = sorted(f for g in _DUMP_PATTERNS for f in dump_dir.glob(g))
+        if old:
+            raise SpcError(f"--dump-dir {dump_dir}: holds earlier dumps ({old[0].name}, ...); pass --overwrite "
+                           "to replace them, or choose another folder")
 
 
 def _shape_option(text: str | None) -> list[int] | None:
@@ -191,65 +338,122 @@ def _inputs(paths: tuple[Path, ...]) -> list[Path]:
     return expand_paths(list(paths))
 
 
-@main.command(short_help="Run a plan on images or .npy files -> .npz.")
+def _run_target(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--target", type=click.Choice(list(TARGETS)), default=None,
+                        help=f"the chip the plan must be for (default: {DEFAULT_TARGET}); a plan for another "
+                             "is refused unless this names its target")(fn)
+
+
+def _read_plan(path: Path, target: str | None) -> Any:
+    from spc.plan.io import read_plan
+
+    return read_plan(path, target or DEFAULT_TARGET)
+
+
+_NONFINITE = click.option("--allow-nonfinite", is_flag=True,
+                          help="run on inputs holding NaN, inf or values beyond float32 (default: refuse them)")
+
+
+@_command("Run a plan on images, videos or .npy files -> .npz or an hloc features.h5.",
+          ["spc run sp.ttplan img.jpg -o kp.npz", "spc run sp.ttplan images/ -o out/ --viz viz/",
+           "spc run sp.ttplan images/ --format h5 -o features.h5 --resize fit",
+           "spc run sp.ttplan clip.mp4 -o out/ --json",
+           "spc run sp.ttplan frame.npy --dense", "spc run sp.ttplan img.jpg --backend ttnn-mock"])
 @click.argument("plan", type=click.Path(path_type=Path))
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
-              help=".npz for one input, a folder for several")
-@click.option("--dense", is_flag=True, help="also save the device's score and descriptor maps")
-@click.option("--viz", type=click.Path(path_type=Path), default=None, help="overlay PNG (a folder for several)")
+              help="npz: .npz for one input (default: beside it, x.png -> x.png.npz), a folder for several: each "
+                   "input's path below the folder holding all inputs, plus .npz (a/x.png b/x.jpg -> "
+                   "OUT/a/x.png.npz OUT/b/x.jpg.npz); a video's frames add .frame_000001 ... before .npz. "
+                   "h5: the one .h5 file (default ./features.h5; a folder: its features.h5), one group per "
+                   "input named by that relative path (a video's frames: VIDEO/frame_000001 ...)")
+@click.option("--format", "fmt", type=click.Choice(["npz", "h5"]), default="npz", show_default=True,
+              help="npz: the ONNX outputs as the model returns them, plus image_size; h5: hloc's features.h5 "
+                   "(keypoints (N,2) in original-image pixels, scores, descriptors (D,N), image_size (W,H)), "
+                   "appended to an existing file (docs/outputs.md)")
+@click.option("--resize", type=click.Choice(["stretch", "fit"]), default="stretch", show_default=True,
+              help="images of another size than the plan's: stretch to it, or fit: keep the aspect ratio, "
+                   "pad with zeros at the right or bottom (keypoints there are dropped)")
+@click.option("--dense", is_flag=True, help="also save the device's score and descriptor maps (npz)")
+@click.option("--viz", type=click.Path(path_type=Path), default=None,
+              help="overlay PNG on the original image (a folder for several, named as -o's .npz files with .png)")
+@click.option("--overwrite", is_flag=True,
+              help="replace existing .npz/PNG files or .h5 groups (default: refuse, writing nothing)")
+@click.option("--json", "as_json", is_flag=True,
+              help="one JSON object per frame (input, frame, output, keypoints, image_size, resized), then a summary")
+@_NONFINITE
 @click.option("--backend", type=click.Choice(["emu", "ttnn-mock", "ttnn"]), default="emu", show_default=True,
               help="emu: CPU with device numerics; ttnn-mock: real ttnn on a mock p150 (validation only)")
+@_run_target
 @click.option("--no-trace", is_flag=True, help="ttnn: run call by call instead of replaying a captured trace")
 @_one_line_errors
-def run(plan: Path, inputs: tuple[Path, ...], output: Path | None, dense: bool, viz: Path | None,
-        backend: str, no_trace: bool) -> None:
-    """Run a plan on images or .npy inputs; write the model's outputs as .npz."""
+def run(plan: Path, inputs: tuple[Path, ...], output: Path | None, fmt: str, resize: str, dense: bool,
+        viz: Path | None, overwrite: bool, as_json: bool, allow_nonfinite: bool, backend: str, target: str | None,
+        no_trace: bool) -> None:
+    """Run a plan on images, videos or .npy inputs; write the model's outputs as .npz, or hloc's
+    features.h5 layout with --format h5.
+
+    Every input is checked from its header before anything is written; frames are then decoded as
+    they are needed, two ahead, so memory does not grow with the number of inputs. No output
+    replaces an input, the plan or another output of the run; existing results are kept unless
+    --overwrite is given."""
     if backend.startswith("ttnn"):
         _ttnn_interpreter()
-    from spc.plan.io import read_plan
     from spc.tools.run import run_files
 
     files = _inputs(inputs)
-    run_files(read_plan(plan), files, output, viz, dense, backend, trace=not no_trace)
+    run_files(_read_plan(plan, target), files, output, viz, dense, backend, trace=not no_trace, plan_path=plan,
+              overwrite=overwrite, allow_nonfinite=allow_nonfinite, fmt=fmt, resize=resize, as_json=as_json)
 
 
-@main.command(short_help="Per-phase timings of a plan on a backend (for hardware: ttnn).")
+@_command("Per-phase timings of a plan on a backend (for hardware: ttnn).",
+          ["spc bench sp.ttplan img.jpg --backend ttnn --frames 100", "spc bench sp.ttplan img.jpg --json"])
 @click.argument("plan", type=click.Path(path_type=Path))
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--backend", type=click.Choice(["emu", "ttnn-mock", "ttnn"]), default="emu", show_default=True)
 @click.option("--frames", type=click.IntRange(1, 10000), default=20, show_default=True)
 @click.option("--no-trace", is_flag=True, help="ttnn: call by call instead of trace replay")
+@_run_target
+@_JSON
 @_one_line_errors
-def bench(plan: Path, inputs: tuple[Path, ...], backend: str, frames: int, no_trace: bool) -> None:
+def bench(plan: Path, inputs: tuple[Path, ...], backend: str, frames: int, no_trace: bool, target: str | None,
+          as_json: bool) -> None:
     """Time a plan frame by frame: host pre, input write, device (trace replay), read-back, host
     post; forward-only and end-to-end fps, beside the hand-written port's."""
     if backend.startswith("ttnn"):
         _ttnn_interpreter()
-    from spc.plan.io import read_plan
     from spc.tools.bench import bench_plan, print_bench
 
-    print_bench(bench_plan(read_plan(plan), _inputs(inputs), backend, frames, trace=not no_trace))
+    report = bench_plan(_read_plan(plan, target), _inputs(inputs), backend, frames, trace=not no_trace)
+    if as_json:
+        import dataclasses
+
+        click.echo(json.dumps(dataclasses.asdict(report), indent=1))
+    else:
+        print_bench(report)
 
 
-@main.command(short_help="Compare a plan with onnxruntime on the source ONNX.")
+@_command("Compare a plan with onnxruntime on the source ONNX.",
+          ["spc check sp.ttplan img.jpg", "spc check sp.ttplan images/ --min-f1 0.95 --min-pcc 0.99 --json",
+           "spc check sp.ttplan img.jpg --onnx elsewhere/superpoint.onnx"])
 @click.argument("plan", type=click.Path(path_type=Path))
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--onnx", "onnx_path", type=click.Path(path_type=Path), default=None, help="the source ONNX")
-@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@_JSON
 @click.option("--min-f1", type=float, default=None, help="exit 1 if any image's keypoint F1 is lower")
 @click.option("--min-pcc", type=float, default=None, help="exit 1 if any score/descriptor PCC is lower")
-@click.option("--backend", default="emu", show_default=True)
+@click.option("--backend", type=click.Choice(["emu", "ttnn-mock", "ttnn"]), default="emu", show_default=True)
+@_run_target
+@_NONFINITE
 @_one_line_errors
 def check(plan: Path, inputs: tuple[Path, ...], onnx_path: Path | None, as_json: bool, min_f1: float | None,
-          min_pcc: float | None, backend: str) -> None:
+          min_pcc: float | None, backend: str, target: str | None, allow_nonfinite: bool) -> None:
     """Compare a plan with onnxruntime on the source ONNX."""
-    from spc.plan.io import read_plan
     from spc.tools.check import check_files, print_reports
 
     files = _inputs(inputs)
-    loaded = read_plan(plan)
-    reports = check_files(loaded, plan, files, onnx_path, backend)
+    loaded = _read_plan(plan, target)
+    reports = check_files(loaded, plan, files, onnx_path, backend, allow_nonfinite=allow_nonfinite)
     if as_json:
         click.echo(json.dumps([r.as_dict() for r in reports], indent=1))
     else:
@@ -263,51 +467,86 @@ def check(plan: Path, inputs: tuple[Path, ...], onnx_path: Path | None, as_json:
         sys.exit(1)
 
 
-@main.command(short_help="A plan's ttnn calls and per-frame totals.")
-@click.argument("plan", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="print JSON")
+def _is_plan(path: Path) -> bool:
+    """``spc inspect``'s choice: a .ttplan is a plan, a .onnx a model, anything else a plan when it
+    is a zip (what a plan is), else a model. Neither reader trusts the choice."""
+    if path.suffix.lower() in (".ttplan", ".onnx"):
+        return path.suffix.lower() == ".ttplan"
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"PK\x03\x04"
+    except OSError:
+        return True  # the plan reader says what is wrong with the path
+
+
+@_command("What a plan (or an ONNX model) is; a plan's ttnn calls and per-frame totals.",
+          ["spc inspect sp.ttplan", "spc inspect sp.ttplan --json", "spc inspect superpoint.onnx"])
+@click.argument("path", metavar="PLAN|MODEL.onnx", type=click.Path(path_type=Path))
+@_JSON
 @_one_line_errors
-def inspect(plan: Path, as_json: bool) -> None:
-    """Show a plan's device program call by call, and its per-frame totals."""
+def inspect(path: Path, as_json: bool) -> None:
+    """Show what a plan is (source ONNX, input/output specs, target, precision, options, versions,
+    weights origin), then its device program call by call and its per-frame totals.
+
+    Given an ONNX model instead: its opsets, producer, inputs and outputs, initializers, nodes by
+    op type and metadata_props (the model is validated as `spc compile` reads it; no torch needed)."""
+    if not _is_plan(path):
+        from spc.tools.inspect_onnx import model_report, report_lines
+
+        model = model_report(path)
+        click.echo(json.dumps(model.as_dict(), indent=1) if as_json else "\n".join(report_lines(model)))
+        return
     from spc.plan.io import read_plan
     from spc.tools.inspect import plan_report, print_report
 
-    report = plan_report(read_plan(plan))
+    report = plan_report(read_plan(path), str(path))
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=1))
     else:
         print_report(report)
 
 
-@main.command(name="emit-py", short_help="A plan's device stage as a standalone ttnn program.")
+@_command("A plan's device stage as a standalone ttnn program.",
+          ["spc emit-py sp.ttplan -o program.py", "python program.py sp.ttplan input.npy out.npz --mock"],
+          name="emit-py")
 @click.argument("plan", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("program.py"), show_default=True)
+@click.option("--overwrite", is_flag=True, help="replace the output if it exists (default: refuse)")
+@_run_target
+@_JSON
 @_one_line_errors
-def emit_py(plan: Path, output: Path) -> None:
+def emit_py(plan: Path, output: Path, overwrite: bool, target: str | None, as_json: bool) -> None:
     """Write the plan's device stage as a standalone Python program calling ttnn."""
-    from spc.files import atomic_write
-    from spc.plan.io import read_plan
+    from spc.files import atomic_write, check_outputs
     from spc.tools.emit_py import emit_py as emit
 
-    atomic_write(output, emit(read_plan(plan)).encode())
-    click.echo(f"wrote {output}")
+    check_outputs([output], [plan], overwrite)
+    atomic_write(output, emit(_read_plan(plan, target)).encode())
+    if as_json:
+        click.echo(json.dumps({"output": str(output)}))
+    else:
+        from spc import console
+
+        console.info(f"wrote {output}")
 
 
-@main.command(short_help="Which per-block precision choices lose accuracy.")
+@_command("Which per-block precision choices lose accuracy.",
+          ["spc bisect accurate.ttplan fast.ttplan images/", "spc bisect accurate.ttplan fast.ttplan img.jpg --json"])
 @click.argument("safe", type=click.Path(path_type=Path))
 @click.argument("fast", type=click.Path(path_type=Path))
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--onnx", "onnx_path", type=click.Path(path_type=Path), default=None, help="the source ONNX")
-@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@_JSON
 @_one_line_errors
 def bisect(safe: Path, fast: Path, inputs: tuple[Path, ...], onnx_path: Path | None, as_json: bool) -> None:
     """Find the smallest set of per-block precision differences that makes FAST lose accuracy."""
+    from spc import console
     from spc.plan.io import read_plan
     from spc.tuning.bisect import bisect as run_bisect
 
     files = _inputs(inputs)
     result = run_bisect(read_plan(safe), safe, read_plan(fast), files, onnx_path,
-                        log=(lambda line: None) if as_json else (lambda line: click.echo(line, err=True)))
+                        log=(lambda line: None) if as_json else console.note)
     if as_json:
         click.echo(json.dumps({"message": result.message, "culprits": [vars(d) for d in result.culprits],
                                "differences": [vars(d) for d in result.differences],

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from spc.errors import SpcError
 from spc.frontend.onnx_import import import_onnx
 from spc.ir.graph import Graph, Placement
@@ -14,7 +16,7 @@ from spc.ir.macs import macs
 from spc.ir.printer import print_graph
 from spc.lowering.lower import find_probes, lower
 from spc.lowering.roles import output_roles
-from spc.memory.planner import check_fits, plan_memory
+from spc.memory.planner import Planner, check_fits, plan_memory
 from spc.memory.residency import CallRecord, predicted_ms
 from spc.passes.explain import Explainer
 from spc.passes.manager import (
@@ -30,9 +32,11 @@ from spc.passes.manager import (
 from spc.passes.pipeline import default_pipeline
 from spc.plan.io import write_plan
 from spc.plan.listing import call_counts, format_program
+from spc.plan.program import Program
+from spc.plan.schema import MAX_METADATA_ENTRIES, MAX_METADATA_KEY, MAX_METADATA_VALUE
 from spc.ttnn.memory import MemoryOverrides
 from spc.ttnn.precision import PrecisionPlan
-from spc.ttnn.targets import get_target
+from spc.ttnn.targets import DEFAULT_TARGET, Target, get_target
 from spc.tuning.thresholds import Thresholds
 
 
@@ -56,6 +60,38 @@ class CompileResult:
     explained: str | None = None  # --explain: the named rule's or fusion's attempts
 
 
+@dataclass(frozen=True)
+class Lowering:
+    """How a compiled graph becomes a planned program: lowered with the compile's read-back and
+    kernel options, its memory chosen for the target (with the forced blocks) and checked to fit.
+    The plan is made so, and so is each trial of the precision search (tuning/ cannot import this
+    module: the search is handed the object)."""
+
+    src: Path  # the model, named in errors
+    chip: Target
+    memory: MemoryOverrides = field(default_factory=MemoryOverrides)
+    dense: bool = False
+    keypoint_capacity: int | None = None
+    kernels: bool = False
+
+    def lower(self, g: Graph, notes: list[str] | None = None) -> tuple[Program, dict[str, np.ndarray]]:
+        program, tensors = lower(g, find_probes(g), compact=not self.dense, capacity=self.keypoint_capacity,
+                                 notes=notes, kernels=self.kernels)
+        program.roles = output_roles(g)
+        return program, tensors
+
+    def plan(self, program: Program) -> Planner:
+        """Choose every block's memory configuration (rewriting ``program``) and check that it fits."""
+        planner = plan_memory(program, self.chip, self.memory)
+        check_fits(planner.records, self.chip, str(self.src), self.memory)
+        return planner
+
+    def trial(self, g: Graph) -> tuple[Program, dict[str, np.ndarray], list[CallRecord]]:
+        """The program, its tensors and the planner's walk, as the compile would write them."""
+        program, tensors = self.lower(g)
+        return program, tensors, self.plan(program).records
+
+
 def check_input(g: Graph, src: Path) -> None:
     """One static, floating-point input: what a single-image vision model takes."""
     if len(g.inputs) != 1:
@@ -65,6 +101,39 @@ def check_input(g: Graph, src: Path) -> None:
     if not t.is_static or not t.dtype.is_float:
         raise SpcError(f"{src}: input {g.inputs[0].name} is {t}; spc needs a static floating-point input: "
                        "give its size with --input-shape (e.g. 1,1,480,640) or export a fixed size")
+
+
+def model_metadata(data: bytes, src: Path, notes: list[str]) -> dict[str, str]:
+    """The source model's ``metadata_props`` for the manifest, bounded as plan/schema.py says:
+    the first :data:`MAX_METADATA_ENTRIES` by key, keys and values cut to their caps (marked
+    ``...``), the first of repeated keys. Kept as data: nothing reads them as settings."""
+    import onnx
+
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception:  # the importer read this file a moment ago: it changed under us
+        raise SpcError(f"{src}: the file changed while it was compiled; compile it again") from None
+
+    def cut(text: str, cap: int) -> str:
+        return text if len(text) <= cap else text[:cap - 3] + "..."
+
+    found: dict[str, str] = {}
+    cuts = 0
+    for e in model.metadata_props:
+        if not isinstance(e.key, str) or not isinstance(e.value, str):  # not UTF-8: the importer refuses it
+            continue
+        key, value = cut(e.key, MAX_METADATA_KEY), cut(e.value, MAX_METADATA_VALUE)
+        cuts += (key, value) != (e.key, e.value)
+        found.setdefault(key, value)
+    kept = dict(sorted(found.items())[:MAX_METADATA_ENTRIES])
+    if len(found) > len(kept):
+        notes.append(f"the model's metadata_props hold {len(found)} keys; the plan keeps the first "
+                     f"{MAX_METADATA_ENTRIES} by key")
+    if cuts:
+        notes.append(f"{cuts} metadata_props entries cut to {MAX_METADATA_KEY} characters a key, "
+                     f"{MAX_METADATA_VALUE} a value")
+    return kept
 
 
 def recognised(records: list[PassRecord]) -> list[str]:
@@ -97,7 +166,7 @@ def explainer_for(name: str | None, pipeline: list[Pass]) -> Explainer | None:
 
 
 def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, print_ir: bool = False,
-                 stop_after: str | None = None, nms_single_pass: bool = False, target: str = "p150",
+                 stop_after: str | None = None, nms_single_pass: bool = False, target: str = DEFAULT_TARGET,
                  precision: PrecisionPlan | None = None, auto: AutoPrecision | None = None,
                  memory: MemoryOverrides | None = None, dense: bool = False,
                  keypoint_capacity: int | None = None, kernels: bool = False,
@@ -127,6 +196,7 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
     if stop_after is not None or out is None:
         pm.close(g)
         return result
+    lowering = Lowering(src, chip, memory, dense, keypoint_capacity, kernels)
     search_report = None
     if auto is not None:
         from spc.tuning.precision_search import search
@@ -134,38 +204,38 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
         def choose(plan: PrecisionPlan) -> None:  # a search trial: verified, not recorded
             pm.rerun("choose-precision", g, PassContext(replace(ctx.options, precision=plan)), record=False)
 
-        found = search(g, src, choose, auto.calib, auto.thresholds, log=auto.log, target=chip)
+        found = search(g, src, choose, lowering.trial, auto.calib, auto.thresholds, log=auto.log)
         precision, search_report = found.plan, found.manifest()
         ctx = PassContext(replace(ctx.options, precision=precision), ctx.notes)
         pm.rerun("choose-precision", g, ctx)
     pass_notes = len(ctx.notes)
-    program, tensors = lower(g, find_probes(g), compact=not dense, capacity=keypoint_capacity, notes=ctx.notes,
-                             kernels=kernels)
-    program.roles = output_roles(g)
+    program, tensors = lowering.lower(g, ctx.notes)
 
     records: list[CallRecord] = []  # the planner's walk: the fit check and the predicted time read it
 
     def choose_memory() -> tuple[dict, dict[str, int], dict[str, int], str]:
         before = call_counts(program)
-        planner = plan_memory(program, chip, memory)
+        planner = lowering.plan(program)
         ctx.notes[pass_notes:pass_notes] = planner.notes  # the planner's notes, before the lowering's
-        check_fits(planner.records, chip, str(src), memory)
         records[:] = planner.records
         return {"target": chip.name, **planner.stats}, before, call_counts(program), format_program(program)
 
     pm.stage("choose-memory-config", choose_memory)
     pm.close(g)
+    data = src.read_bytes()
+    metadata = model_metadata(data, src, ctx.notes)
     device_macs = sum(macs(n) for n in g.nodes if n.placement is Placement.DEVICE)
     host_macs = sum(macs(n) for n in g.nodes if n.placement is not Placement.DEVICE)
     manifest = {
         "target": target,
-        "source": {"file": src.name, "sha256": hashlib.sha256(src.read_bytes()).hexdigest()},
+        "source": {"file": src.name, "sha256": hashlib.sha256(data).hexdigest()},
         "inputs": [vars(t) for t in program.inputs],
         "outputs": [vars(t) for t in program.outputs],
         "options": {"input_shape": input_shape, "nms_single_pass": nms_single_pass, "precision": precision.describe(),
                     "memory_config": memory.describe(), "dense": dense, "keypoint_capacity": keypoint_capacity,
                     "kernels": kernels},
         "precision_search": search_report,
+        "model_metadata": metadata,  # the source's metadata_props (spc export: where the weights came from)
         "predicted_device_ms": round(predicted_ms(records), 4),
         "pipeline": [r.name for r in pm.records],
         "notes": ctx.notes,
@@ -177,6 +247,23 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
                                               if r.name == "partition-host-device"), [])
                          if why.split(" (", 1)[0] in {n.name for n in g.nodes}],
     }
+    _check_plan(src, program, tensors)
     write_plan(out, program, tensors, print_graph(g), manifest)
     result.plan, result.macs, result.recognised = out, (device_macs, host_macs), manifest["recognised"]
     return result
+
+
+def _check_plan(src: Path, program: Program, tensors: dict[str, np.ndarray]) -> None:
+    """The checks every reader applies (plan/schema.py, plan/verify.py), before the plan is
+    written: a model whose plan would be refused (NaN weights, a group count that does not divide
+    the channels, no outputs, ...) is refused now, naming the model, not when it is run."""
+    from spc.plan.schema import validate_program
+    from spc.plan.verify import verify_plan
+
+    try:
+        validate_program(program.to_json(), str(src))
+        verify_plan(program, tensors)
+    except SpcError as exc:
+        text = str(exc).removeprefix(f"{src}: ").removesuffix("; recompile the plan")
+        raise SpcError(f"{src}: the model compiles to a plan spc would refuse to run ({text}); check the model "
+                       "(onnxruntime runs it?) and fix it") from None

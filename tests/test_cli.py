@@ -76,7 +76,11 @@ def test_run_several_inputs_into_a_folder(small_plan: Path, tmp_path: Path, imag
     folder.mkdir()
     code, _, err = spc("run", small_plan, images["camera"].parent, npy, "-o", folder)
     assert code == 0, err
-    assert sorted(p.name for p in folder.iterdir()) == ["astronaut.npz", "camera.npz", "coffee.npz", "frame.npz"]
+    # in the folder, each input's path below the folder holding them all, extension kept, plus .npz
+    # (the images and the .npy are in two sibling folders here)
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.npz")) == sorted(
+        [f"{images['camera'].parent.name}/{n}.png.npz" for n in ("astronaut", "camera", "coffee")]
+        + [f"{tmp_path.name}/frame.npy.npz"])
 
 
 def test_several_inputs_need_a_folder(small_plan: Path, tmp_path: Path, images: dict[str, Path]) -> None:
@@ -158,7 +162,7 @@ def _bad_onnx(tmp_path: Path, small_onnx: Path) -> dict[str, tuple[Path, str]]:
     onnx.save(add, tmp_path / "two.onnx")
     (tmp_path / "trunc.onnx").write_bytes(small_onnx.read_bytes()[:4000])
     return {"missing": (tmp_path / "nope.onnx", "no such file"),
-            "truncated": (tmp_path / "trunc.onnx", "not a readable ONNX model"),
+            "truncated": (tmp_path / "trunc.onnx", "not an ONNX model"),
             "two-inputs": (tmp_path / "two.onnx", "spc compiles models with one input (an image); this one has 2")}
 
 
@@ -248,3 +252,52 @@ def test_image_modes(mode: str, small_plan: Path, tmp_path: Path, images: dict[s
     code, _, err = spc("run", small_plan, path, "-o", tmp_path / "o.npz")
     assert code == 0, err
     assert int(np.load(tmp_path / "o.npz")["mask"].sum()) > 5
+
+
+def test_a_missing_extra_is_one_line_saying_what_to_install(small_plan: Path, images: dict[str, Path],
+                                                            tmp_path: Path) -> None:
+    """A base install (no `full` extra): the emulator's torch is missing."""
+    from spc.plan.io import read_plan
+
+    frame = tmp_path / "frame.npy"
+    np.save(frame, np.zeros([int(d) for d in read_plan(small_plan).program.inputs[0].shape], np.float32))
+    blocked = ("import sys; sys.modules['torch'] = None; from spc.cli import main; "
+               "sys.argv = ['spc', *sys.argv[1:]]; main()")
+    done = subprocess.run([sys.executable, "-c", blocked, "run", str(small_plan), str(frame), "-o",
+                           str(tmp_path / "o.npz")], capture_output=True, text=True, check=False)
+    assert_one_line_error(done.returncode, done.stderr, contains="needs torch")
+    assert "pip install 'spc[full]'" in done.stderr and not (tmp_path / "o.npz").exists()
+
+
+COMMANDS = ["export", "compile", "run", "bench", "check", "inspect", "emit-py", "bisect"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_help_shows_examples_and_the_verbosity_flags(command: str) -> None:
+    from click.testing import CliRunner
+
+    from spc.cli import main
+
+    done = CliRunner().invoke(main, [command, "--help"])
+    assert done.exit_code == 0, done.output
+    examples = done.output.split("Examples:")[1].strip().splitlines()
+    assert examples and all(line.strip().startswith(("spc ", "python ")) for line in examples)
+    assert any(f"spc {command}" in line for line in examples)
+    assert "-q, --quiet" in done.output and "-v, --verbose" in done.output
+
+
+def test_json_quiet_and_verbose(small_onnx: Path, small_plan: Path, images: dict[str, Path], tmp_path: Path) -> None:
+    plan = tmp_path / "p.ttplan"
+    code, out, err = spc("compile", small_onnx, "-o", plan, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["plan"] == str(plan) and report["device_macs_share"] == 1.0 and report["passes"][0]["name"]
+    code, out, err = spc("-q", "compile", small_onnx, "-o", plan, "--overwrite")  # -q before the command
+    assert code == 0 and out == "" and err == "", out + err
+    code, out, err = spc("compile", small_onnx, "-o", plan, "--overwrite", "-v")  # -v after it
+    assert code == 0 and "fold-constants" in err and " ms " in err and out.startswith("wrote "), out + err
+    code, out, err = spc("bench", small_plan, images["camera"], "--frames", "1", "--json")
+    assert code == 0, err
+    assert json.loads(out)["backend"] == "emu" and json.loads(out)["phases_ms"]["wall"] > 0
+    code, out, err = spc("emit-py", small_plan, "-o", tmp_path / "p.py", "--json")
+    assert code == 0 and json.loads(out) == {"output": str(tmp_path / "p.py")}, err

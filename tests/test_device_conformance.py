@@ -138,6 +138,7 @@ def one_per_op(found: list) -> list:
 
 def test_ttnn_accepts_every_lowered_case(ttnn_python: str, tmp_path: Path) -> None:
     """The same lowered programs on the real ttnn, on a mock p150: every call accepted."""
+    import hashlib
     import os
     import subprocess
 
@@ -152,7 +153,8 @@ def test_ttnn_accepts_every_lowered_case(ttnn_python: str, tmp_path: Path) -> No
             n.placement = Placement.DEVICE
         program, tensors = lower(g, {}, compact=False)
         path = tmp_path / f"{case.name}.ttplan"
-        write_plan(path, program, tensors, "", {"target": "p150", "source": {"file": case.name, "sha256": ""}})
+        source = {"file": case.name, "sha256": hashlib.sha256(model.SerializeToString()).hexdigest()}
+        write_plan(path, program, tensors, "", {"target": "p150", "source": source})
         paths.append(str(path))
     done = subprocess.run([ttnn_python, "-m", "spc.runtime.ttnn_mock.check_plans", *paths], capture_output=True,
                           text=True, check=False, cwd=Path(__file__).resolve().parents[1])

@@ -62,9 +62,11 @@ def test_says_so_when_even_accurate_misses_absolute_thresholds() -> None:
 
 
 def test_real_scorer_on_the_small_export(small_onnx: Path) -> None:
+    from spc.compiler import Lowering
     from spc.frontend.onnx_import import import_onnx
     from spc.passes.manager import PassContext, PassManager, PipelineOptions
     from spc.passes.pipeline import default_pipeline
+    from spc.ttnn.targets import get_target
     from spc.tuning.precision_search import CALIBRATION_DIR, Evaluator, calibration_inputs
 
     g = import_onnx(small_onnx)
@@ -74,10 +76,40 @@ def test_real_scorer_on_the_small_export(small_onnx: Path) -> None:
     assert len(inputs) == 3
     evaluate = Evaluator(g, small_onnx, inputs[:1],
                          lambda plan: pm.rerun("choose-precision", g, PassContext(PipelineOptions(precision=plan)),
-                                               record=False))
+                                               record=False),
+                         Lowering(small_onnx, get_target("p150")).trial)
     accurate, fast = evaluate(PrecisionPlan("accurate")), evaluate(PrecisionPlan("fast"))
     assert accurate.descriptor_pcc > 0.99 and accurate.score_pcc > 0.99
+    assert accurate.f1 > 0.9  # the trial plan has the graph's output roles: its keypoints are compared
     assert fast.device_ms < accurate.device_ms
     assert fast.score_pcc < accurate.score_pcc  # the demo weights do not survive LoFi + bfp8
     with pytest.raises(Exception, match="not a preset"):
         PrecisionPlan("auto")
+
+
+def test_trials_are_lowered_and_planned_as_the_compile_does(small_onnx: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trial's plan is the compile's: its forced memory, read-back, capacity and kernel options."""
+    import spc.tuning.precision_search as precision_search
+    from spc.compiler import AutoPrecision, compile_onnx
+    from spc.memory.residency import predicted_ms
+    from spc.plan.io import read_plan
+    from spc.ttnn.memory import MemoryOverrides
+    from spc.tuning.precision_search import SearchResult
+
+    trials = []
+
+    def search(g, src, choose, lower_and_plan, calib=None, thresholds=None, log=print):  # type: ignore[no-untyped-def]
+        program, _, records = lower_and_plan(g)  # under `accurate`, as the compile then writes it
+        trials.append((program, predicted_ms(records)))
+        score = Score(1.0, 1.0, 1.0, 0.0)
+        return SearchResult(PrecisionPlan("accurate"), score, score, Thresholds())
+
+    monkeypatch.setattr(precision_search, "search", search)
+    out = tmp_path / "p.ttplan"
+    memory = MemoryOverrides.from_cli(["encoder.conv_blocks.0.*=dram:height=2"])
+    compile_onnx(small_onnx, out, auto=AutoPrecision(log=lambda s: None), memory=memory, keypoint_capacity=64,
+                 kernels=True)
+    ((trial, ms),), written = trials, read_plan(out)
+    assert trial.to_json() == written.program.to_json()
+    assert round(ms, 4) == written.manifest["predicted_device_ms"]

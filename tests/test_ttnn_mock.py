@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spc.plan.io import read_plan, write_plan
+from spc.plan.io import manifest_digest, read_plan, write_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,6 +37,7 @@ def forge_program(plan: Path, path: Path, edit) -> Path:
     members["program.json"] = edit(members["program.json"].decode()).encode()
     manifest = json.loads(members["manifest.json"])
     manifest["members"]["program.json"] = hashlib.sha256(members["program.json"]).hexdigest()
+    manifest["digest"] = manifest_digest(manifest)
     members["manifest.json"] = json.dumps(manifest).encode()
     with zipfile.ZipFile(path, "w") as zf:
         for name, data in members.items():
@@ -80,17 +81,43 @@ def test_main_interpreter_hands_over_to_the_ttnn_one(ttnn_python: str, small_pla
     assert out.exists()
 
 
+def test_a_plan_for_another_chip_is_refused_by_the_device(ttnn_python: str, small_plan: Path,
+                                                          images: dict[str, Path], tmp_path: Path) -> None:
+    """--target n150 says the user means an n150 plan; the mock device is a p150 (Blackhole), and
+    its arch() says so before any call is made."""
+    plan = read_plan(small_plan)
+    manifest = dict(plan.manifest, target="n150")
+    other = tmp_path / "n150.ttplan"
+    write_plan(other, plan.program, plan.weights, plan.ir_text,
+               {k: v for k, v in manifest.items() if k not in ("members", "format", "format_version", "digest")})
+    out = tmp_path / "never.npz"
+    done = run(ttnn_python, "run", other, images["camera"], "-o", out, "--backend", "ttnn-mock")
+    assert done.returncode == 1 and "pass --target n150" in done.stderr, done.stderr
+    done = run(ttnn_python, "run", other, images["camera"], "-o", out, "--backend", "ttnn-mock", "--target", "n150")
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and last == ("spc: error: the plan is for n150 (wormhole_b0), and mock p150 is a "
+                                             "blackhole; recompile it with the --target of this device"), done.stderr
+    assert not out.exists()
+
+
 def test_a_call_ttnn_rejects_fails_in_one_line(ttnn_python: str, small_plan: Path, images: dict[str, Path],
                                                tmp_path: Path) -> None:
-    plan = read_plan(small_plan)
-    first = plan.program.device_ops[0]
-    first.args["out_channels"] = 7  # the bias has 64: ttnn's own checks must refuse it
-    broken = rewrite(plan, tmp_path / "broken.ttplan")
     out = tmp_path / "never.npz"
-    done = run(ttnn_python, "run", broken, images["camera"], "-o", out, "--backend", "ttnn-mock")
+    # a call inconsistent with its weights is the plan verifier's to refuse, before ttnn sees it
+    plan = read_plan(small_plan)
+    plan.program.device_ops[0].args["out_channels"] = 7  # the bias has 64
+    done = run(ttnn_python, "run", rewrite(plan, tmp_path / "broken.ttplan"), images["camera"], "-o", out,
+               "--backend", "ttnn-mock")
+    assert done.returncode == 1 and done.stderr.strip().splitlines()[-1].startswith("spc: error: ") \
+        and "holds 64 values for 7 channels" in done.stderr, done.stderr
+    # a configuration the plan's schema allows and ttnn's own checks refuse (rows not a tile multiple)
+    odd = forge_program(small_plan, tmp_path / "odd.ttplan",
+                        lambda text: text.replace('"act_block_h_override": 0', '"act_block_h_override": 7', 1))
+    done = run(ttnn_python, "run", odd, images["camera"], "-o", out, "--backend", "ttnn-mock")
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1, done.stderr
     assert lines[-1].startswith("spc: error: ttnn rejected ttnn.conv2d for block encoder.conv_blocks.0.conv_a:")
+    assert "multiple of 32" in lines[-1]
     assert not out.exists()
 
 
@@ -111,13 +138,19 @@ def test_calls_are_spelled_as_ttnn_spells_them(ttnn_python: str, small_onnx: Pat
     done = run(ttnn_python, "run", cast, images["camera"], "-o", tmp_path / "cast.npz", "--backend", "ttnn-mock")
     assert done.returncode == 0, done.stderr
 
+    # a keyword no overload takes: the checker names it (on a program edited in memory: a plan
+    # file holding it is refused by the plan's schema first, below)
+    probe = ("import sys; from pathlib import Path; from spc.plan.io import read_plan; "
+             "from spc.runtime.ttnn_signatures import check; p = read_plan(Path(sys.argv[1])).program; p.device_ops[0].args['bogus_keyword'] = 1; print(check(p))")
+    done = subprocess.run([ttnn_python, "-c", probe, small_plan], capture_output=True, text=True, check=False,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "ttnn.conv2d" in done.stdout and "no overload takes" in done.stdout and "bogus_keyword" in done.stdout
     plan = read_plan(small_plan)
     plan.program.device_ops[0].args["bogus_keyword"] = 1
-    bad = rewrite(plan, tmp_path / "bad.ttplan")
-    done = subprocess.run([ttnn_python, "-m", "spc.runtime.ttnn_signatures", bad], capture_output=True, text=True,
-                          check=False, cwd=ROOT)
-    assert done.returncode == 1
-    assert "ttnn.conv2d" in done.stdout and "no overload takes" in done.stdout and "bogus_keyword" in done.stdout
+    done = run(ttnn_python, "run", rewrite(plan, tmp_path / "bad.ttplan"), images["camera"], "-o",
+               tmp_path / "b.npz", "--backend", "ttnn-mock")
+    assert done.returncode == 1 and "bogus_keyword" in done.stderr and "Traceback" not in done.stderr
     # a configuration's fields are the plan's schema: an unknown one is refused when the plan is read
     forged = forge_program(small_plan, tmp_path / "forged.ttplan",
                            lambda text: text.replace('"act_block_h_override"', '"bogus_field": true, "act_block_h_override"', 1))
@@ -154,6 +187,8 @@ def test_bench_runs_the_frame_loop_on_the_mock_p150(ttnn_python: str, small_plan
     lines = done.stdout.splitlines()
     assert lines[0] == "2 frames on ttnn-mock (call by call); medians per frame"
     assert any(line.split()[:1] == ["h2d"] for line in lines) and "end to end (wall)" in done.stdout
+    # a CPU's times beside the hand port's p150 figures would mean nothing: said, and no ratio
+    assert "vs hand port" not in done.stdout and "these are this CPU's times" in done.stdout
 
 
 def test_trace_and_queue_calls_are_spelled_as_ttnn_spells_them(ttnn_python: str) -> None:
@@ -167,3 +202,12 @@ def test_trace_and_queue_calls_are_spelled_as_ttnn_spells_them(ttnn_python: str)
     done = subprocess.run([ttnn_python, "-c", code], capture_output=True, text=True, check=False, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert "ttnn.execute_trace: no overload takes ['mesh_device', 'queue_id', 'trace_id']" in done.stdout
+
+
+@pytest.mark.skipif(Path("/dev/tenstorrent").exists(), reason="this machine has a Tenstorrent device")
+def test_no_device_is_one_line_naming_the_backends(ttnn_python: str, small_plan: Path, images: dict[str, Path],
+                                                   tmp_path: Path) -> None:
+    done = run(ttnn_python, "run", small_plan, images["camera"], "-o", tmp_path / "o.npz", "--backend", "ttnn")
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        "spc: error: no Tenstorrent device here (/dev/tenstorrent is absent): use --backend emu (the CPU, device "
+        "numerics) or --backend ttnn-mock (ttnn's checks on a mock p150)"], done.stderr

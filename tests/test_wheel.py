@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-OUTPUTS = ["descriptors", "keypoints", "mask", "scores"]  # what `spc run` writes without --dense
+OUTPUTS = ["descriptors", "image_size", "keypoints", "mask", "scores"]  # `spc run` on an image, without --dense
 
 
 def sh(*cmd: object, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

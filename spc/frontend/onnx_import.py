@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from spc.errors import SpcError
+from spc.frontend import validate
+from spc.frontend.validate import MAX_ELEMENTS, MAX_RANK, node_label, show
 from spc.ir import ops
 from spc.ir.graph import Graph, Value
 from spc.ir.types import Dim, DType, TensorType
@@ -25,25 +27,13 @@ _NODE_NAME_BAD = re.compile(r"[^A-Za-z0-9_./\-]")
 
 
 def load_onnx(path: Path):
-    """Parse the file; every failure is one SpcError line naming the file."""
-    import onnx
-
-    if not path.exists():
-        raise SpcError(f"{path}: no such file")
-    if path.is_dir():
-        raise SpcError(f"{path}: is a folder, expected an .onnx file")
-    try:
-        model = onnx.load(str(path), load_external_data=True)
-    except Exception as exc:  # protobuf raises DecodeError, onnx raises ValueError/OSError
-        raise SpcError(f"{path}: not a readable ONNX model ({type(exc).__name__}); "
-                       "re-export it with `spc export`") from None
-    if not model.graph.node:
-        raise SpcError(f"{path}: the ONNX graph has no nodes")
-    return model
+    """Parse the file (and its external data); every failure is one SpcError line naming the file."""
+    return validate.read_model(path)
 
 
 def import_onnx(path: Path, name: str = "superpoint", input_shape: list[int] | None = None) -> Graph:
-    return import_model(load_onnx(path), path, name, input_shape)
+    """A model from a file: untrusted, so onnx's shape inference runs in a child process."""
+    return import_model(load_onnx(path), path, name, input_shape, isolate=True)
 
 
 def fix_input_shape(model, shape: list[int], path: Path) -> None:
@@ -64,19 +54,26 @@ def fix_input_shape(model, shape: list[int], path: Path) -> None:
         d.dim_value = want
 
 
-def import_model(model, path: Path, name: str = "superpoint", input_shape: list[int] | None = None) -> Graph:
+def import_model(model, path: Path, name: str = "superpoint", input_shape: list[int] | None = None,
+                 isolate: bool = False) -> Graph:
     """An in-memory ModelProto into the IR; ``path`` names it in messages (and is where external
-    data was read from). ``input_shape`` fixes a dynamic input's size before shape inference."""
-    import onnx
+    data was read from). ``input_shape`` fixes a dynamic input's size before shape inference.
 
+    The model is validated (frontend/validate.py) before any onnx C++ code sees it, then
+    annotated in place with onnx's inferred types. ``isolate`` runs onnx's shape inference in a
+    child process, so that a crash our checks did not foresee is an error line, not a dead
+    process: import_onnx sets it; in-process is for models one trusts not to be hostile (onnx's
+    own test cases, frontend/conformance.py), ~0.1 s faster."""
     opset = _default_opset(model, path)
+    validate.check_strings(model, path)
+    _check_supported(model, opset, path)
+    validate.check_model(model, path, opset)
     if input_shape is not None:
         fix_input_shape(model, input_shape, path)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
-    except Exception as exc:  # a malformed graph fails here first
-        raise SpcError(f"{path}: ONNX shape inference failed: {str(exc).splitlines()[0]}") from None
-    _check_supported(inferred, opset, path)
+        for vi in model.graph.input:  # the fixed sizes may multiply past the caps
+            validate.check_value_type(vi, "input", path)
+    validate.onnx_check_nodes(model, path)
+    inferred = validate.infer_shapes(model, path, isolate)
     return _Importer(inferred, name, path, opset).run()
 
 
@@ -84,7 +81,7 @@ def _default_opset(model, path: Path) -> int:
     versions = {o.domain: o.version for o in model.opset_import}
     opset = versions.get("", versions.get("ai.onnx"))
     if opset is None:
-        raise SpcError(f"{path}: the model imports no default-domain opset")
+        raise SpcError(f"{path}: the model imports no default-domain (ai.onnx) opset; re-export it with opset 18")
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise SpcError(f"{path}: opset {opset} is not supported (supported: {MIN_OPSET}..{MAX_OPSET}); "
                        "re-export with opset 18")
@@ -93,17 +90,15 @@ def _default_opset(model, path: Path) -> int:
 
 def unsupported_reason(op_type: str, domain: str, opset: int) -> str | None:
     """Why spc cannot import an ``op_type`` node at ``opset``, or None when it can."""
-    import onnx
-
     if domain not in ("", "ai.onnx"):
         return f"domain {domain} is not supported"
     op = ops.onnx_op(op_type)
     if op is None:
         return "no such op in spc"
-    try:
-        since = onnx.defs.get_schema(op_type, opset).since_version
-    except onnx.defs.SchemaError:
+    schema = validate.op_schema(op_type, opset)
+    if schema is None:
         return f"ONNX has no {op_type} at opset {opset}"
+    since = schema.since_version
     if op.schemas is not None and since not in op.schemas:
         return f"{op_type}-{since} is not supported (spc implements {op_type} " \
                + ", ".join(f"{op_type}-{v}" for v in op.schemas) + ")"
@@ -115,8 +110,8 @@ def _check_supported(model, opset: int, path: Path) -> None:
     for i, node in enumerate(model.graph.node):
         why = unsupported_reason(node.op_type, node.domain, opset)
         if why is not None:
-            dom = node.domain or "ai.onnx"
-            bad.append(f"{node.name or f'#{i}'} ({dom}::{node.op_type}, opset {opset}: {why})")
+            dom = show(node.domain or "ai.onnx")
+            bad.append(f"{node_label(node, i)} ({dom}::{show(node.op_type)}, opset {opset}: {why})")
     if bad:
         raise SpcError(f"{path}: {len(bad)} unsupported node(s): " + "; ".join(bad))
 
@@ -131,6 +126,7 @@ def _model_dtype(code: int) -> DType:
 
 
 def _attr_value(attr) -> Any:
+    """An attribute as Python/numpy; validate.check_model has checked its type and tensors."""
     from onnx import helper, numpy_helper
 
     v = helper.get_attribute_value(attr)
@@ -142,7 +138,16 @@ def _attr_value(attr) -> Any:
         return [x.decode() if isinstance(x, bytes) else x for x in v]
     if isinstance(v, (int, float, str)):
         return v
-    raise SpcError(f"attribute {attr.name} has an unsupported kind ({type(v).__name__})")
+    raise ValueError(f"attribute {attr.name} has an unsupported kind ({type(v).__name__})")
+
+
+def _static_numel(shape: tuple[Dim, ...]) -> int:
+    """The product of a shape's known sizes (symbols count as 1): what the caps bound."""
+    n = 1
+    for d in shape:
+        if isinstance(d, int):
+            n *= d
+    return n
 
 
 class _Importer:
@@ -156,31 +161,46 @@ class _Importer:
         self.known: dict[int, np.ndarray] = {}
         self._symbols = 0
         g = model.graph
+        # who writes each value, so that a bad inferred type names the node to look at
+        self.producer = {o: f"node {node_label(n, i)} ({n.op_type})" for i, n in enumerate(g.node) for o in n.output}
         for vi in list(g.value_info) + list(g.input) + list(g.output):
             t = self._onnx_type(vi)
             if t is not None:
                 self.types[vi.name] = t
+        # a graph output's declared sizes are the exporter's claim: where spc's own inference says
+        # a size is known only at run time (a keypoint count), the claim is not trusted
+        self.graph_outputs = {o.name for o in g.output}
 
     def fresh_symbol(self) -> str:
         self._symbols += 1
         return f"d{self._symbols}"
 
     def _onnx_type(self, vi) -> TensorType | None:
+        """A declared or ONNX-inferred type. Inference computes sizes from attributes nobody
+        bounded (a kernel larger than its input): such a size must not reach TensorType."""
         tt = vi.type.tensor_type
         if not vi.type.HasField("tensor_type") or tt.elem_type == 0:
             return None
         try:
             dtype = _model_dtype(tt.elem_type)
         except TypeError as exc:
-            raise SpcError(f"{self.path}: value {vi.name}: {exc}") from None
+            raise SpcError(f"{self.path}: value {show(vi.name)}: {exc}") from None
         if not tt.HasField("shape"):
             return None
+        where = f"{self.path}: value {show(vi.name)}" + (f" (from {self.producer[vi.name]})"
+                                                         if vi.name in self.producer else "")
+        if len(tt.shape.dim) > MAX_RANK:
+            raise SpcError(f"{where} has rank {len(tt.shape.dim)}; spc takes tensors of rank at most {MAX_RANK}")
         dims: list[Dim] = []
         for d in tt.shape.dim:
             if d.HasField("dim_value"):
+                if d.dim_value < 0:
+                    raise SpcError(f"{where}: ONNX's shape inference gives it the size {d.dim_value}; the node's "
+                                   "attributes do not fit its inputs: fix them and re-export the model")
                 dims.append(int(d.dim_value))
             else:
                 dims.append(self.fresh_symbol())
+        validate.check_numel(_static_numel(tuple(dims)), dims, where, tt.elem_type)
         return TensorType(dtype, tuple(dims))
 
     def run(self) -> Graph:
@@ -193,7 +213,7 @@ class _Importer:
             try:
                 t = TensorType(_model_dtype(init.data_type), tuple(int(d) for d in init.dims))
             except TypeError as exc:
-                raise SpcError(f"{self.path}: initializer {init.name}: {exc}") from None
+                raise SpcError(f"{self.path}: initializer {show(init.name)}: {exc}") from None
             self.env[init.name] = g.add_const(init.name, type=t, weight_ref=init.name,
                                               loader=lambda i=init: numpy_helper.to_array(i))
         for inp in model.input:
@@ -201,34 +221,40 @@ class _Importer:
                 continue
             t = self.types.get(inp.name)
             if t is None:
-                raise SpcError(f"{self.path}: input {inp.name} has no tensor type")
+                raise SpcError(f"{self.path}: input {show(inp.name)} has no tensor type (element type and shape); "
+                               "re-export the model with typed inputs")
             self.env[inp.name] = g.add_input(inp.name, t)
         for i, node in enumerate(model.node):
             self._node(i, node)
-        missing = [o.name for o in model.output if o.name not in self.env]
+        missing = [show(o.name) for o in model.output if o.name not in self.env]
         if missing:
             raise SpcError(f"{self.path}: graph outputs {missing} are never produced")
         g.outputs = [self.env[o.name] for o in model.output]
         return g
 
     def _node(self, i: int, node) -> None:
-        attrs = {a.name: _attr_value(a) for a in node.attribute}
-        label = node.name or f"#{i}"
+        label = node_label(node, i)
+        where = f"{self.path}: node {label} ({node.op_type})"
         op = ops.onnx_op(node.op_type)
+        try:
+            attrs = {a.name: _attr_value(a) for a in node.attribute}
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:  # validate.check_model ran: a safety net
+            raise SpcError(f"{where}: {exc}; fix the attribute and re-export the model") from None
         if op is not None and op.canonicalize is not None:
-            import onnx
-
-            since = onnx.defs.get_schema(node.op_type, self.opset).since_version
+            since = validate.op_schema(node.op_type, self.opset).since_version
             try:
                 given = len(node.input)
                 while given and not node.input[given - 1]:  # trailing empty names: absent optional inputs
                     given -= 1
                 attrs = op.canonicalize(attrs, given, len(node.output), since)
-            except (ValueError, KeyError, TypeError) as exc:
-                raise SpcError(f"{self.path}: node {label} ({node.op_type}): {exc}") from None
+            except (ValueError, KeyError, TypeError, IndexError, ArithmeticError) as exc:
+                raise SpcError(f"{where}: {exc}") from None
         if node.op_type == "Constant":
-            data = ops.get("onnx.Constant").evaluate([], attrs)[0]
-            self.env[node.output[0]] = self.g.add_const(node.output[0], np.asarray(data))
+            try:
+                data = np.asarray(ops.get("onnx.Constant").evaluate([], attrs)[0])
+            except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
+                raise SpcError(f"{where}: {exc}; fix the Constant and re-export the model") from None
+            self.env[node.output[0]] = self.g.add_const(node.output[0], data)
             return
         assert op is not None  # _check_supported ran
         inputs: list[Value | None] = []
@@ -238,13 +264,15 @@ class _Importer:
             elif name in self.env:
                 inputs.append(self.env[name])
             else:
-                raise SpcError(f"{self.path}: node {label} ({node.op_type}) reads {name}, which is "
+                raise SpcError(f"{where} reads {show(name)}, which is "
                                "not defined before it (is the graph topologically sorted?)")
         while inputs and inputs[-1] is None:
             inputs.pop()
         outs = [o for o in node.output]
         out_types: list[TensorType] = []
         ours, why = self._infer(op, inputs, attrs)
+        if why:  # ONNX's inference, not strict, may still have typed a node that ours finds invalid
+            raise SpcError(f"{where}: {why}; fix the node and re-export the model")
         for k, o in enumerate(outs):
             t = self.types.get(o) if o else None
             mine = ours[k] if ours is not None and k < len(ours) else None
@@ -254,18 +282,23 @@ class _Importer:
                 # where ONNX's inference left a symbol (a Range's length), ours may know the number
                 t = t.with_shape(tuple(b if isinstance(a, str) and isinstance(b, int) else a
                                        for a, b in zip(t.shape, mine.shape)))
+                if o in self.graph_outputs:
+                    t = t.with_shape(tuple(b if isinstance(b, str) else a for a, b in zip(t.shape, mine.shape)))
             if t is None and not o:  # an optional output nobody reads: any type will do
                 t = TensorType(DType.F32, ())
             if t is None:
-                raise SpcError(f"{self.path}: cannot infer the type of {o} (node {label}, {node.op_type})"
-                               + (f": {why}" if why else "; is the model valid? check it with onnxruntime"))
+                raise SpcError(f"{self.path}: cannot infer the type of {show(o)} (node {label}, {node.op_type}); "
+                               "is the model valid? check it with onnxruntime")
+            if t.rank > MAX_RANK or _static_numel(t.shape) > MAX_ELEMENTS:
+                raise SpcError(f"{where}: its output {show(o)} would be {t}, beyond spc's caps (rank {MAX_RANK}, "
+                               "2**31 elements per tensor); check the node's attributes and inputs and re-export")
             out_types.append(t)
         safe = _NODE_NAME_BAD.sub("_", node.name) if node.name else op.short_name.lower()
         n = self.g.make_node(op, inputs, attrs, out_types, name=safe, out_names=[o or "unused" for o in outs])
         for o, v in zip(outs, n.outputs):
             if o:
                 self.env[o] = v
-        self._propagate_known(n)
+        self._propagate_known(n, ours)
 
     def _known(self, v: Value | None) -> np.ndarray | None:
         if v is None:
@@ -289,19 +322,26 @@ class _Importer:
                 shadow.append(v)
         try:
             return op.infer(shadow, attrs), ""
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+        # ArithmeticError: a hostile attribute (a zero block size) divides by zero in our inference
+        except (ValueError, KeyError, IndexError, TypeError, ArithmeticError) as exc:
             return None, str(exc)
 
-    def _propagate_known(self, n) -> None:
+    def _propagate_known(self, n, ours: list[TensorType] | None) -> None:
         if n.op.data_dependent:
             return
         if n.op.name == "onnx.Shape" and n.inputs[0] is not None and n.inputs[0].type.is_static:
-            args: list[Any] = [np.zeros(n.inputs[0].type.static_shape, np.uint8)]
+            # a view of one byte: the input's shape without allocating it
+            args: list[Any] = [np.broadcast_to(np.zeros((), np.uint8), n.inputs[0].type.static_shape)]
         else:
             args = [self._known(v) for v in n.inputs]
             if any(a is None for a, v in zip(args, n.inputs) if v is not None):
                 return
         if not all(o.type.is_static and o.type.numel <= KNOWN_MAX for o in n.outputs):
+            return
+        # the output types may be declared (a value_info can lie: a Range said to give 5 elements
+        # that gives 2**40); ours come from the known input values, so they bound what evaluate makes
+        if ours is None or len(ours) < len(n.outputs) or \
+                not all(t.is_static and t.numel <= KNOWN_MAX for t in ours[:len(n.outputs)]):
             return
         try:
             results = n.op.evaluate(args, n.attrs)

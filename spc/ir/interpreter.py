@@ -55,7 +55,7 @@ class Step:
 def run(steps: Iterable[Step], env: dict[Hashable, np.ndarray], constants: Mapping[Hashable, np.ndarray] | None = None,
         *, quiet: bool = False, label=str) -> dict[Hashable, np.ndarray]:
     """Run ``steps`` in order, reading ``env`` then ``constants`` and adding each output to
-    ``env``. ``quiet`` silences numpy's floating-point warnings (probing with extreme inputs);
+    ``env``. ``quiet`` silences numpy's floating-point warnings (trial inputs with extreme values);
     ``label`` names a key in errors."""
     constants = constants or {}
     for s in steps:
@@ -72,7 +72,7 @@ def run(steps: Iterable[Step], env: dict[Hashable, np.ndarray], constants: Mappi
         with np.errstate(all="ignore") if quiet else contextlib.nullcontext():
             try:
                 results = s.op.evaluate(args, dict(s.attrs))
-            except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError) as exc:
+            except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError, MemoryError) as exc:
                 raise NodeFailed(s.name, s.op.name, exc) from exc
         for k, r in zip(s.outputs, results):
             env[k] = np.asarray(r)

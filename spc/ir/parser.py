@@ -75,8 +75,7 @@ class _Scanner:
         self.expect("dense<")
         value = self.json_value()
         self.expect(">")
-        dtype = np.float32 if ttype.dtype.value == "bf16" else ttype.dtype.numpy
-        return np.asarray(value, dtype=dtype).reshape(ttype.static_shape)
+        return np.asarray(value, dtype=ttype.dtype.host_numpy).reshape(ttype.static_shape)
 
     def attr_value(self) -> Any:
         if self.eat("tensor<"):

@@ -37,6 +37,11 @@ class DType(enum.Enum):
         return np.dtype(_NUMPY[self])
 
     @property
+    def host_numpy(self) -> np.dtype:
+        """How host arrays carry it: its numpy dtype, float32 for bf16."""
+        return np.dtype(np.float32) if self is DType.BF16 else self.numpy
+
+    @property
     def is_float(self) -> bool:
         return self in (DType.F32, DType.F64, DType.F16, DType.BF16)
 

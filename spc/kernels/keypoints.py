@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from spc.kernels.registry import Kernel, register
+from spc.ttnn.formats import DataFormat
 
 if TYPE_CHECKING:
     import torch
@@ -24,12 +25,13 @@ CORNERS = ("00", "01", "10", "11")
 
 
 def corner_calls(inputs: list[str], outputs: list[str], q: dict[str, Any]) -> list[dict[str, Any]]:
-    """The stock calls, in the order the reference computes (names under the first output)."""
+    """The stock calls, in the order the reference computes (names under the first output), as the
+    plan writes calls (formats by their JSON spelling: TtOp.from_step reads them back)."""
     base = outputs[0].rsplit("/", 1)[0] + "/corners"
     calls: list[dict[str, Any]] = []
 
     def call(op: str, ins: list[str], out: str, **args: Any) -> str:
-        calls.append({"op": op, "inputs": ins, "output": out, "args": args, "dtype": "float32"})
+        calls.append({"op": op, "inputs": ins, "output": out, "args": args, "dtype": DataFormat.FLOAT32.value})
         return out
 
     p = inputs[0]
@@ -91,15 +93,16 @@ def blend_calls(inputs: list[str], outputs: list[str], q: dict[str, Any]) -> lis
     k, c = int(q["k"]), int(q["c"])
     calls: list[dict[str, Any]] = []
 
-    def call(op: str, ins: list[str], out: str, out_shape: list[int], dtype: str = "float32", **args: Any) -> str:
+    def call(op: str, ins: list[str], out: str, out_shape: list[int], dtype: DataFormat = DataFormat.FLOAT32,
+             **args: Any) -> str:
         if op == "ttnn.typecast":
-            args["dtype"] = dtype  # the call's argument, and the result's format
-        calls.append({"op": op, "inputs": ins, "output": out, "args": args, "dtype": dtype, "shape": out_shape})
+            args["dtype"] = dtype.value  # the call's argument, and the result's format
+        calls.append({"op": op, "inputs": ins, "output": out, "args": args, "dtype": dtype.value, "shape": out_shape})
         return out
 
     acc = None
     for tag, g, w in zip(CORNERS, inputs[:4], inputs[4:]):
-        g32 = call("ttnn.typecast", [g], f"{base}/desc{tag}_f32", [1, k, c], dtype="float32")
+        g32 = call("ttnn.typecast", [g], f"{base}/desc{tag}_f32", [1, k, c], dtype=DataFormat.FLOAT32)
         col = call("ttnn.reshape", [w], f"{base}/w{tag}_col", [1, k, 1], shape=[1, k, 1])
         term = call("ttnn.multiply", [g32, col], f"{base}/term{tag}", [1, k, c])
         acc = term if acc is None else call("ttnn.add", [acc, term], f"{base}/sum{tag}", [1, k, c])
@@ -109,7 +112,7 @@ def blend_calls(inputs: list[str], outputs: list[str], q: dict[str, Any]) -> lis
     ss = call("ttnn.clamp", [ss], f"{base}/sumsq_clamped", [1, k, 1], min=1e-24)  # F.normalize's eps, squared
     inv = call("ttnn.rsqrt", [ss], f"{base}/inv_norm", [1, k, 1])
     out = call("ttnn.multiply", [acc, inv], f"{base}/descriptors_f32", [1, k, c])
-    call("ttnn.typecast", [out], outputs[0], [1, k, c], dtype="bfloat16")
+    call("ttnn.typecast", [out], outputs[0], [1, k, c], dtype=DataFormat.BFLOAT16)
     return calls
 
 

@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 
 from spc.ir.graph import Value
+from spc.memory.calls import result_in_dram
 from spc.plan.program import DeviceConstant, TtOp
 from spc.ttnn.configs import PageLayout
 from spc.ttnn.formats import DataFormat
-from spc.ttnn.layout import DeviceLayout, Layout, PlainLayout
-from spc.ttnn.memory import DRAM_INTERLEAVED, MemoryConfig, SliceConfig
+from spc.ttnn.layout import DeviceLayout, Form, Layout, PlainLayout
+from spc.ttnn.memory import DRAM_INTERLEAVED
 
 INPUT_DTYPE = DataFormat.BFLOAT16
 
@@ -63,14 +64,8 @@ class Emitter:
             self.tiles[output] = args["layout"] is PageLayout.TILE
         else:
             self.tiles[output] = _TILED_RESULT.get(op, self.tiles.get(inputs[0], False) if inputs else False)
-        memory: MemoryConfig | None = args.get("memory_config")
-        slicing: SliceConfig | None = args.get("slice_config")
-        if (memory is not None and memory.buffer.name == "DRAM") or (slicing is not None and slicing.in_dram):
-            self.in_dram[output] = True
-        elif slicing is not None:
-            self.in_dram[output] = False
-        else:  # element-wise and data-movement calls stay where their input is
-            self.in_dram[output] = self.in_dram.get(inputs[0], True) if inputs else True
+        # where the call leaves its result: as the memory planner reads it (memory/calls.py)
+        self.in_dram[output] = result_in_dram(self.ops[-1], self.in_dram.get(inputs[0], True) if inputs else True)
         return output
 
     def kernel(self, name: str, inputs: list[str], outputs: list[str], out_layout: Layout, source: str,
@@ -95,7 +90,7 @@ class Emitter:
         return v.name
 
     # -- forms and layouts -----------------------------------------------------------------------
-    def form(self, name: str) -> str:
+    def form(self, name: str) -> Form:
         return self.layouts[name].form
 
     def _once(self, name: str, kind: str, make: Any) -> str:
@@ -126,7 +121,7 @@ class Emitter:
         """``name`` (the device tensor of IR value ``v``) in the plain form: [1,1,NHW,C] ->
         [N,H,W,C] -> permute -> [N,C,H,W] (a 3-D or 2-D map only reshapes)."""
         lay = self.layouts[name]
-        if lay.form == "plain":
+        if lay.form is Form.PLAIN:
             return name
         shape = [int(d) for d in v.type.static_shape]
 
@@ -140,12 +135,12 @@ class Emitter:
             t = self.emit("ttnn.reshape", [t], name + "/nhwc", PlainLayout(tuple(nhwc)), source, shape=nhwc)
             return self.emit("ttnn.permute", [t], name + "/plain", PlainLayout(tuple(shape)), source, dims=[0, 3, 1, 2])
 
-        return self._once(name, "plain", convert)
+        return self._once(name, Form.PLAIN, convert)
 
     def to_nhwc(self, name: str, v: Value, source: str) -> str:
         """``name`` in the conv form [1, 1, N*H*W, C]."""
         lay = self.layouts[name]
-        if lay.form == "nhwc":
+        if lay.form is Form.NHWC:
             return name
         shape = [int(d) for d in v.type.static_shape]
         out = DeviceLayout.of(shape)
@@ -157,7 +152,7 @@ class Emitter:
                               dims=[0, 2, 3, 1])
             return self.emit("ttnn.reshape", [t], name + "/nhwc", out, source, shape=out.device_shape)
 
-        return self._once(name, "nhwc", convert)
+        return self._once(name, Form.NHWC, convert)
 
     def constant(self, v: Value, data: np.ndarray, device_shape: list[int], source: str,
                  dtype: DataFormat = INPUT_DTYPE) -> str:

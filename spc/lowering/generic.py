@@ -23,12 +23,13 @@ import numpy as np
 
 from spc.ir.graph import Node, Value
 from spc.ir.ops.infer import axes_from, norm_axis
+from spc.ir.types import DType
 from spc.lowering.emitter import Emitter
 from spc.lowering.fused import pool2d_check
 from spc.lowering.registry import lowers
 from spc.ttnn.configs import PageLayout
 from spc.ttnn.formats import DataFormat
-from spc.ttnn.layout import DeviceLayout, Layout, PlainLayout
+from spc.ttnn.layout import DeviceLayout, Form, Layout, PlainLayout
 
 Ins = list[str | None]
 
@@ -53,8 +54,8 @@ def _live(n: Node, ins: Ins) -> list[tuple[Value, str]]:
     return [(v, name) for v, name in zip(n.inputs, ins) if v is not None and name is not None]
 
 
-def _out_layout(form: str, v: Value) -> Layout:
-    return DeviceLayout.of(_shape(v)) if form == "nhwc" else _plain(v)
+def _out_layout(form: Form, v: Value) -> Layout:
+    return DeviceLayout.of(_shape(v)) if form is Form.NHWC else _plain(v)
 
 
 # -- operands of element-wise ops ---------------------------------------------------------------
@@ -69,19 +70,19 @@ def _nhwc_operand_ok(shape: tuple[int, ...], out: tuple[int, ...]) -> bool:
     return ((s[0], s[2], s[3]) == (out[0], out[2], out[3]) and s[1] == 1) or s[0] == s[2] == s[3] == 1
 
 
-def _form(em: Emitter, n: Node, ins: Ins) -> str:
+def _form(em: Emitter, n: Node, ins: Ins) -> Form:
     """nhwc when every non-constant operand is held in the conv form and broadcasts there."""
     out = _shape(n.outputs[0])
     live = _live(n, ins)
-    if live and DeviceLayout.fits(out) and all(em.form(name) == "nhwc" and _nhwc_operand_ok(_shape(v), out)
+    if live and DeviceLayout.fits(out) and all(em.form(name) is Form.NHWC and _nhwc_operand_ok(_shape(v), out)
                                                 for v, name in live):
-        return "nhwc"
-    return "plain"
+        return Form.NHWC
+    return Form.PLAIN
 
 
-def _const_operand(em: Emitter, v: Value, form: str, out: tuple[int, ...], source: str) -> str:
+def _const_operand(em: Emitter, v: Value, form: Form, out: tuple[int, ...], source: str) -> str:
     data = np.asarray(v.data, np.float32)
-    if form == "plain":
+    if form is Form.PLAIN:
         return em.constant(v, data, [1] * (len(out) - data.ndim) + list(data.shape), source)
     if len(out) != 4:  # a 3-D or 2-D map in the conv form is [1, 1, N*H*W, 1]
         full = np.broadcast_to(data, out)
@@ -93,18 +94,21 @@ def _const_operand(em: Emitter, v: Value, form: str, out: tuple[int, ...], sourc
     return em.constant(v, full.transpose(0, 2, 3, 1), [1, 1, out[0] * out[2] * out[3], d4.shape[1]], source)
 
 
-def _tensor_operand(em: Emitter, v: Value, name: str, form: str, out: tuple[int, ...], source: str) -> str:
-    if form == "nhwc":
+def _tensor_operand(em: Emitter, v: Value, name: str, form: Form, out: tuple[int, ...], source: str) -> str:
+    if form is Form.NHWC:
         return em.tiled(name, source)
     t = em.tiled(em.to_plain(name, v, source), source)
     shape = _shape(v)
     if len(shape) < len(out):  # ttnn broadcasts between operands of one rank
         full = (1,) * (len(out) - len(shape)) + shape
-        t = em.emit("ttnn.reshape", [t], f"{name}/rank{len(out)}", PlainLayout(full), source, shape=list(full))
+        ranked = f"{name}/rank{len(out)}"
+        if ranked in em.layouts:  # another node already brought this operand to that rank
+            return ranked
+        t = em.emit("ttnn.reshape", [t], ranked, PlainLayout(full), source, shape=list(full))
     return t
 
 
-def operands(em: Emitter, n: Node, ins: Ins, scalars: bool = True) -> tuple[str, list[str | float]]:
+def operands(em: Emitter, n: Node, ins: Ins, scalars: bool = True) -> tuple[Form, list[str | float]]:
     """The form to compute in and each input as a device tensor or, for a one-element constant,
     a number (when ``scalars``)."""
     form = _form(em, n, ins)
@@ -139,7 +143,7 @@ def _unary(em: Emitter, n: Node, ins: Ins, op: str, **args: object) -> str:
     assert x is not None and name is not None
     form = em.form(name)
     t = em.tiled(name, n.name)
-    return em.emit(op, [t], n.output.name, _out_layout(form, x if form == "nhwc" else n.output), n.name, **args)
+    return em.emit(op, [t], n.output.name, _out_layout(form, x if form is Form.NHWC else n.output), n.name, **args)
 
 
 _UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
@@ -191,7 +195,7 @@ def _chain(em: Emitter, n: Node, ins: Ins, steps: list[tuple[str, list[str | flo
     x = n.inputs[0]
     assert x is not None and ins[0] is not None
     form = em.form(ins[0])
-    lay = _out_layout(form, x if form == "nhwc" else n.output)
+    lay = _out_layout(form, x if form is Form.NHWC else n.output)
     made: list[str] = []
     for i, (op, args, kwargs) in enumerate(steps):
         tensors = [em.tiled(ins[0], n.name) if a == "x" else made[int(a[1:])] if isinstance(a, str) else a
@@ -247,7 +251,7 @@ for _name in ("onnx.Identity", "onnx.Dropout"):
 def _cast_check(n: Node) -> str | None:
     src, dst = n.inputs[0], n.outputs[0]
     assert src is not None
-    if dst.type.dtype.is_float or (dst.type.dtype.value == "i1" and src.type.dtype.is_float):
+    if dst.type.dtype.is_float or (dst.type.dtype is DType.BOOL and src.type.dtype.is_float):
         return None
     return f"a cast to {dst.type.dtype.value} stays on the host"
 
@@ -258,7 +262,7 @@ def _cast(em: Emitter, n: Node, ins: Ins) -> str:
     except float -> bool (x != 0)."""
     x = n.inputs[0]
     assert x is not None and ins[0] is not None
-    if n.output.type.dtype.value == "i1" and x.type.dtype.is_float:
+    if n.output.type.dtype is DType.BOOL and x.type.dtype.is_float:
         return _chain(em, n, ins, [("ttnn.ne", ["x", 0.0], {})])
     return ins[0]
 
@@ -272,7 +276,7 @@ _BINARY = {"Add": ("add", "add"), "Sub": ("subtract", "rsub"), "Mul": ("multiply
            "Xor": ("logical_xor", "logical_xor")}
 
 
-def _binary_call(em: Emitter, n: Node, form: str, a: str | float, b: str | float, op: str, swapped: str | None,
+def _binary_call(em: Emitter, n: Node, form: Form, a: str | float, b: str | float, op: str, swapped: str | None,
                  out: str) -> str:
     lay = _out_layout(form, n.output)
     if isinstance(a, str) and isinstance(b, str):
@@ -376,6 +380,9 @@ def _prelu(em: Emitter, n: Node, ins: Ins) -> str:
 
 
 def _where_check(n: Node) -> str | None:
+    cond, *branches = n.inputs
+    if cond is not None and cond.is_const and any(v is not None and v.is_const for v in branches):
+        return "a constant condition with a constant branch is a constant: left to the host"
     out = n.outputs[0].type.shape
     for v in n.inputs:
         if v is not None and not v.is_const and v.type.shape != out:
@@ -407,7 +414,7 @@ def _softmax(em: Emitter, n: Node, ins: Ins, log: bool) -> str:
     x = n.inputs[0]
     assert x is not None and ins[0] is not None
     axis = norm_axis(int(n.attrs.get("axis", -1)), x.type.rank)
-    if em.form(ins[0]) == "nhwc" and x.type.rank == 4 and axis == 1:
+    if em.form(ins[0]) is Form.NHWC and x.type.rank == 4 and axis == 1:
         t, dim, lay = em.tiled(ins[0], n.name), -1, DeviceLayout.of(_shape(x))
     else:
         t, dim, lay = em.tiled(em.to_plain(ins[0], x, n.name), n.name), axis, _plain(x)
@@ -453,7 +460,8 @@ def _reduce(em: Emitter, n: Node, ins: Ins, kind: str) -> str:
     keep = bool(n.attrs.get("keepdims", 1))
     shape = _shape(x)
     before, op, after = _REDUCE[kind]
-    if em.form(ins[0]) == "nhwc" and x.type.rank == 4 and (axes == [1] or (axes == [2, 3] and shape[0] == 1 and keep)):
+    conv_axes = axes == [1] or (axes == [2, 3] and shape[0] == 1 and keep)
+    if em.form(ins[0]) is Form.NHWC and x.type.rank == 4 and conv_axes:
         # the channel axis is the conv form's last; the spatial axes of one image are its third
         t, dims, lay = em.tiled(ins[0], n.name), [-1] if axes == [1] else [2], DeviceLayout.of(_shape(n.output))
         keep_device, src = True, DeviceLayout.of(shape)
@@ -508,7 +516,7 @@ def _batch_norm(em: Emitter, n: Node, ins: Ins) -> str:
     a = scale / np.sqrt(var + float(n.attrs.get("epsilon", 1e-5)))
     b = bias - mean * a
     c = a.shape[0]
-    if em.form(ins[0]) == "nhwc" and x.type.rank == 4:
+    if em.form(ins[0]) is Form.NHWC and x.type.rank == 4:
         t, shape, lay = em.tiled(ins[0], n.name), [1, 1, 1, c], DeviceLayout.of(_shape(x))
     else:
         t, shape, lay = em.tiled(em.to_plain(ins[0], x, n.name), n.name), [1, c] + [1] * (x.type.rank - 2), _plain(x)
@@ -598,7 +606,7 @@ def _view(em: Emitter, n: Node, ins: Ins) -> str:
     x = n.inputs[0]
     assert x is not None and ins[0] is not None
     a, b = _shape(x), _shape(n.output)
-    if em.form(ins[0]) == "nhwc" and _keeps_nhwc_order(a, b):
+    if em.form(ins[0]) is Form.NHWC and _keeps_nhwc_order(a, b):
         out: Layout = DeviceLayout.of(b)
         return em.emit("ttnn.reshape", [ins[0]], n.output.name, out, n.name, shape=out.device_shape)
     t = em.to_plain(ins[0], x, n.name)
@@ -614,7 +622,7 @@ def _transpose(em: Emitter, n: Node, ins: Ins) -> str:
     x = n.inputs[0]
     assert x is not None and ins[0] is not None
     perm = [int(p) for p in n.attrs.get("perm") or range(x.type.rank - 1, -1, -1)]
-    if em.form(ins[0]) == "nhwc" and x.type.rank == 4 and perm == [0, 2, 3, 1]:
+    if em.form(ins[0]) is Form.NHWC and x.type.rank == 4 and perm == [0, 2, 3, 1]:
         # NCHW -> NHWC is the conv form read as [N, H, W, C]
         return em.emit("ttnn.reshape", [ins[0]], n.output.name, _plain(n.output), n.name,
                        shape=_plain(n.output).device_shape)
@@ -667,7 +675,7 @@ def _slice(em: Emitter, n: Node, ins: Ins) -> str:
     shape = _shape(x)
     only_channels = all((s, e, st) == (0, d, 1) for i, (s, e, st, d) in enumerate(zip(starts, ends, steps, shape))
                         if i != 1)
-    if em.form(ins[0]) == "nhwc" and x.type.rank == 4 and only_channels and steps[1] == 1:
+    if em.form(ins[0]) is Form.NHWC and x.type.rank == 4 and only_channels and steps[1] == 1:
         lay = DeviceLayout.of(shape)
         out: Layout = DeviceLayout.of(_shape(n.output))
         t = em.tiled(ins[0], n.name)
@@ -712,7 +720,7 @@ def _concat(em: Emitter, n: Node, ins: Ins) -> str:
     out = n.output
     axis = norm_axis(int(n.attrs["axis"]), out.type.rank)
     live = _live(n, ins)
-    nhwc = out.type.rank == 4 and axis == 1 and all(em.form(name) == "nhwc" for _, name in live)
+    nhwc = out.type.rank == 4 and axis == 1 and all(em.form(name) is Form.NHWC for _, name in live)
     parts = []
     for v, name in zip(n.inputs, ins):
         if v is None:
@@ -847,7 +855,7 @@ def _expand(em: Emitter, n: Node, ins: Ins) -> str:
     x = n.inputs[0]
     assert x is not None and ins[0] is not None
     out = _shape(n.output)
-    t = _tensor_operand(em, x, ins[0], "plain", out, n.name)
+    t = _tensor_operand(em, x, ins[0], Form.PLAIN, out, n.name)
     return em.emit("ttnn.expand", [t], n.output.name, _plain(n.output), n.name, output_shape=list(out))
 
 
@@ -873,7 +881,7 @@ def _matrix(em: Emitter, n: Node, v: Value, name: str | None, rank: int, transpo
         if transpose:
             data = np.swapaxes(data, -1, -2)
         return em.constant(v, data, [1] * (rank - data.ndim) + list(data.shape), n.name)
-    t = _tensor_operand(em, v, name, "plain", (1,) * rank, n.name)
+    t = _tensor_operand(em, v, name, Form.PLAIN, (1,) * rank, n.name)
     if transpose:
         shape = list(_shape(v))
         shape[-1], shape[-2] = shape[-2], shape[-1]
@@ -918,9 +926,9 @@ def _gemm(em: Emitter, n: Node, ins: Ins) -> str:
         shape = _shape(n.output)
         bias = (em.constant(c, np.asarray(c.data, np.float32) * beta,
                             [1] * (2 - c.type.rank) + list(_shape(c)), n.name) if c.is_const
-                else _tensor_operand(em, c, ins[2], "plain", shape, n.name))  # type: ignore[arg-type]
+                else _tensor_operand(em, c, ins[2], Form.PLAIN, shape, n.name))  # type: ignore[arg-type]
         if not c.is_const and beta != 1.0:
-            bias = em.emit("ttnn.multiply", [bias], base + "/beta", lay, n.name, scalar=beta)
+            bias = em.emit("ttnn.multiply", [bias], base + "/beta", em.layouts[bias], n.name, scalar=beta)
         y = em.emit("ttnn.add", [y, bias], base + "/c", lay, n.name)
     return em.emit("ttnn.reshape", [y], base, lay, n.name, shape=lay.device_shape)
 

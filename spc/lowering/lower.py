@@ -16,7 +16,7 @@ from spc.lowering import readback
 from spc.lowering.emitter import INPUT_DTYPE, Emitter
 from spc.lowering.registry import LOWERINGS, device_support, lowering_for
 from spc.plan.program import DeviceTensor, HostNode, Program, TensorSpec
-from spc.ttnn.layout import DeviceLayout
+from spc.ttnn.layout import DeviceLayout, Form
 
 __all__ = ["LOWERINGS", "Emitter", "find_probes", "lower"]
 
@@ -38,8 +38,8 @@ def _device_input(v: Value) -> DeviceTensor:
     """A value the host hands to the device: in the conv form where it can be (an image), else as is."""
     shape = [int(d) for d in v.type.static_shape]
     if DeviceLayout.fits(shape):
-        return DeviceTensor(v.name, shape, DeviceLayout.of(shape).device_shape, "nhwc", v.type.dtype.value)
-    return DeviceTensor(v.name, shape, shape or [1], "plain", v.type.dtype.value)
+        return DeviceTensor(v.name, shape, DeviceLayout.of(shape).device_shape, Form.NHWC, v.type.dtype.value)
+    return DeviceTensor(v.name, shape, shape or [1], Form.PLAIN, v.type.dtype.value)
 
 
 def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, capacity: int | None = None,

@@ -34,7 +34,7 @@ from spc.kernels.keypoints import CORNERS
 from spc.plan.program import DeviceTensor, HostNode, decode_args
 from spc.ttnn.configs import PageLayout
 from spc.ttnn.formats import DataFormat
-from spc.ttnn.layout import DeviceLayout
+from spc.ttnn.layout import DeviceLayout, PlainLayout
 from spc.ttnn.memory import DRAM_INTERLEAVED
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ def lower_keypoints(em: Emitter, n: Node, score: str, desc: str, k: int) -> tupl
     # weighted sum and L2 norm, stored in bfloat16 (kernels/keypoints.py): one kernel, or its calls
     out = f"{name}/descriptors"
     if em.kernels:
-        em.kernel("descriptor_blend", gathered + weights, [out], one, name, store=BF16, k=k, c=c)
+        em.kernel("descriptor_blend", gathered + weights, [out], PlainLayout((1, k, c)), name, store=BF16, k=k, c=c)
     else:
         for step in KERNELS["descriptor_blend"].composed(gathered + weights, [out], {"k": k, "c": c}):
             em.emit(step["op"], step["inputs"], step["output"], one, name, store=DataFormat.parse(step["dtype"]),

@@ -18,16 +18,12 @@ for; the absolute figure is an estimate (docs/memory.md says how far to trust it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from spc.memory.calls import Resident, conv_spec, op_memory, pool_spec
 from spc.memory.l1 import ConvSpec, L1Use, Window, act_block_tiles, round_up, slice_windows
 from spc.plan.program import TtOp, numel
 from spc.ttnn.formats import MathFidelity
 from spc.ttnn.memory import BlockMemory, BufferType
 from spc.ttnn.targets import Target
-
-if TYPE_CHECKING:
-    from spc.memory.residency import Resident
 
 PROGRAM_S = 4e-6  # one ttnn program under trace: dispatch and launch (assumed)
 ACT_BLOCK_S = 0.3e-6  # one activation block on a core: its reader/writer handshake (assumed)
@@ -79,8 +75,6 @@ L1_BYTES_PER_CYCLE = 64  # per core, read or write (NoC-free, local)
 def call_seconds(op: TtOp, src: Resident, use: L1Use, read_bytes: float, target: Target) -> float:
     """One call's predicted time: ``src`` is where its first input lives, ``use`` its L1 model,
     ``read_bytes`` what it reads."""
-    from spc.memory.residency import conv_spec, op_memory, pool_spec
-
     if op.op == "ttnn.conv2d":
         fidelity = op.args["compute_config"].math_fidelity
         return conv_seconds(conv_spec(op, src.tiled), op_memory(op), use, fidelity, target, not src.bytes)

@@ -3,7 +3,7 @@
 Sources (tt-metal, read for docs/notes/ttnn-l1-sizing.md): conv2d_utils.cpp
 (determine_parallel_config, get_conv_configs), conv2d_op_program_factory_common.cpp (get_cb_info),
 sliding_window.cpp (halo sticks), pool_multi_core_program_factory.cpp, conv2d.cpp (DRAM slicing).
-Checked against ttnn's own allocator on the mock p150 (tests/test_l1_model.py,
+Checked against ttnn's own allocator on the mock p150 (tests/memory/test_l1_model.py,
 scripts/l1_agreement.py): circular buffers agree to the byte for the convs; see docs/memory.md for
 what is approximate.
 

@@ -34,8 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from spc.errors import SpcError
+from spc.memory.calls import conv_spec, pool_spec, result_in_dram
 from spc.memory.l1 import Window
-from spc.memory.residency import CallRecord, Placed, Walk, conv_spec, pool_spec
+from spc.memory.residency import CallRecord, Placed, Walk
 from spc.plan.program import Program, TtOp
 from spc.ttnn.formats import DataFormat
 from spc.ttnn.memory import DRAM_INTERLEAVED, BlockMemory, BufferType, MemoryOverrides
@@ -83,13 +84,7 @@ def _homes(ops: list[TtOp], program: Program) -> dict[str, tuple[bool, DataForma
     for c in program.constants:
         homes[c.name] = (True, c.dtype, list(c.device_shape))
     for op in ops:
-        memory, slicing = op.args.get("memory_config"), op.args.get("slice_config")
-        if (memory is not None and memory.buffer is BufferType.DRAM) or (slicing is not None and slicing.in_dram):
-            dram = True
-        elif slicing is not None:
-            dram = False
-        else:  # element-wise and data-movement calls stay where their input is
-            dram = homes[op.inputs[0]][0] if op.inputs and op.inputs[0] in homes else True
+        dram = result_in_dram(op, homes[op.inputs[0]][0] if op.inputs and op.inputs[0] in homes else True)
         homes[op.output] = (dram, op.dtype, list(op.shape))
         for extra, dtype in zip(op.extra_outputs, op.extra_dtypes):
             homes[extra] = (True, dtype, list(op.shape))

@@ -11,23 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spc.memory.l1 import ConvSpec, L1Use, PoolSpec, Window, conv_l1, pool_l1, tensor_per_core
+from spc.memory.calls import DRAM_RM, Resident, conv_spec, op_memory, pool_spec, writes_dram
+from spc.memory.cost import call_seconds, output_bytes
+from spc.memory.l1 import L1Use, conv_l1, pool_l1, tensor_per_core
 from spc.memory.ledger import Ledger
 from spc.plan.program import Program, TtOp, numel
-from spc.ttnn.memory import L1_FULL, BlockMemory, BufferType
+from spc.ttnn.memory import BlockMemory
 from spc.ttnn.targets import Target
 
-
-@dataclass(frozen=True)
-class Resident:
-    """Where a device tensor lives: bytes on the busiest core (0 in DRAM), its cores, tiled or not."""
-
-    bytes: int
-    cores: int | None
-    tiled: bool
-
-
-DRAM_RM = Resident(0, None, False)
 # a binary element-wise call's circular buffers: 12-16 KiB measured on the mock p150, whatever the size
 BINARY_CB = 16384
 
@@ -67,17 +58,6 @@ def place(ledger: Ledger, name: str, use: L1Use, dead: list[str] = ()) -> Placed
     return Placed(use, live, min(at_halo, at_program))
 
 
-def try_place(ledger: Ledger, name: str, use: L1Use) -> Placed:
-    """:func:`place` on a copy: what the op would do, the ledger untouched."""
-    return place(ledger.copy(), name, use)
-
-
-def op_memory(op: TtOp) -> BlockMemory:
-    """The memory configuration a conv or pool call runs in (its slicing, its activation block)."""
-    conv = op.args.get("conv_config")
-    return BlockMemory(op.args.get("slice_config", L1_FULL), conv.act_block_tiles if conv is not None else 0)
-
-
 def block_memory(program: Program) -> dict[str, BlockMemory]:
     """Each conv or pool block's configuration, as its first call runs."""
     out: dict[str, BlockMemory] = {}
@@ -85,30 +65,6 @@ def block_memory(program: Program) -> dict[str, BlockMemory]:
         if op.op in ("ttnn.conv2d", "ttnn.max_pool2d") and op.block not in out:
             out[op.block] = op_memory(op)
     return out
-
-
-def writes_dram(op: TtOp) -> bool:
-    """The call is told to put its result in DRAM."""
-    memory = op.args.get("memory_config")
-    return memory is not None and memory.buffer is BufferType.DRAM
-
-
-def conv_spec(op: TtOp, input_tiled: bool) -> ConvSpec:
-    a = op.args
-    p = a["padding"]
-    win = Window(a["batch_size"], a["input_height"], a["input_width"], a["in_channels"], tuple(a["kernel_size"]),
-                 tuple(a["stride"]), (p[0], p[1], p[2], p[3]), tuple(a["dilation"]))
-    cc = a["compute_config"]
-    return ConvSpec(win, a["out_channels"], a["groups"], "bias_tensor" in op.weights, a["conv_config"].weights_dtype,
-                    a["dtype"], cc.fp32_dest_acc_en, cc.packer_l1_acc, input_tiled)
-
-
-def pool_spec(op: TtOp, src: Resident) -> PoolSpec:
-    a = op.args
-    p = a["padding"]
-    win = Window(a["batch_size"], a["input_h"], a["input_w"], a["channels"], tuple(a["kernel_size"]),
-                 tuple(a["stride"]), (p[0], p[0], p[1], p[1]), tuple(a["dilation"]))
-    return PoolSpec(win, src.tiled, src.bytes > 0, not writes_dram(op))
 
 
 def topk_buffers(k: int) -> int:
@@ -169,8 +125,6 @@ class Walk:
         return self.where.get(op.inputs[0], DRAM_RM) if op.inputs else DRAM_RM
 
     def step(self, op: TtOp, dead: list[str]) -> CallRecord:
-        from spc.memory.cost import call_seconds, output_bytes
-
         src = self.source(op)
         use, self.where[op.output] = op_use(op, src, self.target)
         seconds = call_seconds(op, src, use, sum(self.sizes.get(i, 0.0) for i in op.inputs), self.target)

@@ -17,11 +17,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from spc.ir.graph import Graph
+from spc.ir.graph import Graph, Node
+from spc.ir.interpreter import Step, run
 from spc.passes.manager import Pass, PassContext, PassResult
 from spc.passes.rewrite import remove_dead
 
 MAX_FOLD_ELEMENTS = 1 << 16
+
+
+def evaluate_node(node: Node, args: list[np.ndarray | None]) -> list[np.ndarray]:
+    """``node``'s results on ``args`` (one per input, None for an omitted one), by the interpreter."""
+    keys = tuple(None if a is None else i for i, a in enumerate(args))
+    outs = tuple(("out", i) for i in range(len(node.outputs)))
+    env = run([Step(node.name, node.op, keys, node.attrs, outs)], {i: a for i, a in enumerate(args) if a is not None})
+    return [env[k] for k in outs]
 
 
 class FoldConstants(Pass):
@@ -42,9 +51,9 @@ class FoldConstants(Pass):
                 args = [None if v is None else v.data for v in node.inputs]
             else:
                 continue
-            results = node.op.evaluate(args, node.attrs)
+            results = evaluate_node(node, args)
             for o, r in zip(node.outputs, results):
-                r = np.asarray(r).astype(o.type.dtype.numpy if o.type.dtype.value != "bf16" else np.float32)
+                r = r.astype(o.type.dtype.host_numpy)
                 if r.shape != o.type.static_shape:
                     raise ValueError(f"node {node.name}: folded shape {r.shape} != declared {o.type}")
                 g.replace_all_uses(o, g.add_const(o.name + "_c", r))

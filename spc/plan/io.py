@@ -8,15 +8,19 @@ Members, in this order:
 * ``weights.safetensors``: every tensor the program names (f32/i64/bool, as in the source);
 * ``ir.txt``: the final IR, for people.
 
-Reading verifies the format version and every hash, so a truncated or edited plan is refused
-with one line that says which member is wrong.
+A plan is untrusted input. Reading bounds every member before inflating it, checks the format
+version, every hash (the manifest's own ``digest`` included), the schema (plan/schema.py) and
+the consistency of the program with its weights (plan/verify.py) before returning it; anything
+else is refused with one line that says what is wrong.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
+import math
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +37,18 @@ FORMAT = "spc.ttplan"
 # 2: device tensors say their form (conv layout or plain), program constants, output roles
 # 3: memory configurations live on the calls only (the planner works on the lowered program);
 #    ir.txt prints the compiler's decisions as typed fields (<"block" precision>), not attributes
-FORMAT_VERSION = 3
+# 4: the manifest carries its own digest; plans are validated (plan/schema.py, plan/verify.py)
+FORMAT_VERSION = 4
 _MEMBERS = ("program.json", "weights.safetensors", "ir.txt")
+# what a plan may hold: caps on the file and on each member as inflated (a zip bomb is refused from
+# its headers, before anything is inflated). The 1080x1920 plans are 8 MB, their program 0.3 MB.
+MAX_PLAN_BYTES = 1 << 30
+MAX_MEMBER_BYTES = {"manifest.json": 4 << 20, "program.json": 64 << 20, "ir.txt": 64 << 20,
+                    "weights.safetensors": 1 << 30}
+MAX_HEADER_BYTES = 16 << 20
+MAX_WEIGHT_VALUES = 1 << 28
+_WEIGHT_BYTES = {"F32": 4, "F64": 8, "F16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "U16": 2, "U32": 4,
+                 "U64": 8, "BOOL": 1}
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
@@ -61,12 +75,22 @@ def _weights_bytes(weights: dict[str, np.ndarray]) -> bytes:
     return save(arrays, metadata={"format": FORMAT})
 
 
+def manifest_digest(manifest: dict[str, Any]) -> str:
+    """The manifest's own sha256: over its canonical JSON without the ``digest`` field."""
+    return sha256(_json_bytes({k: v for k, v in manifest.items() if k != "digest"}))
+
+
 def write_plan(path: Path, program: Program, weights: dict[str, np.ndarray], ir_text: str,
                manifest: dict[str, Any]) -> None:
     members = {"program.json": _json_bytes(program.to_json()), "weights.safetensors": _weights_bytes(weights),
                "ir.txt": ir_text.encode()}
+    for name, data in members.items():
+        if len(data) > MAX_MEMBER_BYTES[name]:
+            raise SpcError(f"{path}: the plan's {name} would be {len(data)} bytes, more than a plan may hold "
+                           f"({MAX_MEMBER_BYTES[name]})")
     full = dict(manifest, format=FORMAT, format_version=FORMAT_VERSION, spc_version=__version__,
                 members={k: sha256(v) for k, v in members.items()})
+    full["digest"] = manifest_digest(full)
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in [("manifest.json", _json_bytes(full)), *members.items()]:
@@ -78,38 +102,149 @@ def write_plan(path: Path, program: Program, weights: dict[str, np.ndarray], ir_
     atomic_write(path, buf.getvalue())
 
 
-def read_plan(path: Path) -> Plan:
-    if not path.exists():
-        raise SpcError(f"{path}: no such plan file")
+def _members(path: Path) -> dict[str, bytes]:
+    """The four members, each read with its size bounded before it is inflated."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise SpcError(f"{path}: cannot read the plan ({exc.strerror})") from None
+    if not path.is_file():
+        raise SpcError(f"{path}: not a plan file (a folder or a device)")
+    if size > MAX_PLAN_BYTES:
+        raise SpcError(f"{path}: {size} bytes is more than a plan may be ({MAX_PLAN_BYTES})")
     try:
         with zipfile.ZipFile(path) as zf:
-            raw = {name: zf.read(name) for name in ("manifest.json", *_MEMBERS)}
-    except (zipfile.BadZipFile, KeyError, OSError, EOFError, zipfile.LargeZipFile) as exc:
-        raise SpcError(f"{path}: not a readable .ttplan ({type(exc).__name__}: {exc}); recompile it") from None
+            infos = zf.infolist()
+            names = [i.filename for i in infos]
+            if sorted(names) != sorted(("manifest.json", *_MEMBERS)):
+                raise SpcError(f"{path}: a plan holds manifest.json, {', '.join(_MEMBERS)} once each; this one "
+                               f"holds {', '.join(repr(n[:40]) for n in names[:6])}{' ...' if len(names) > 6 else ''}; "
+                               "recompile it")
+            raw = {}
+            for info in infos:
+                cap = MAX_MEMBER_BYTES[info.filename]
+                # the declared size first (a zip bomb declares what it inflates to), then the
+                # real one: reading stops one byte past the cap whatever the header says
+                if info.file_size > cap:
+                    raise SpcError(f"{path}: {info.filename} inflates to {info.file_size} bytes, more than a plan "
+                                   f"may hold ({cap}); recompile it")
+                with zf.open(info) as f:
+                    data = f.read(cap + 1)
+                if len(data) > cap:
+                    raise SpcError(f"{path}: {info.filename} inflates past {cap} bytes; recompile it")
+                raw[info.filename] = data
+            return raw
+    except SpcError:
+        raise
+    except (zipfile.BadZipFile, KeyError, OSError, EOFError, zipfile.LargeZipFile, NotImplementedError) as exc:
+        raise SpcError(f"{path}: not a readable .ttplan ({type(exc).__name__}: {str(exc)[:100]}); recompile it") \
+            from None
     except Exception as exc:  # zlib errors on a corrupted member
         raise SpcError(f"{path}: damaged .ttplan ({type(exc).__name__}); recompile it") from None
+
+
+def _json(data: bytes, path: Path, name: str) -> Any:
     try:
-        manifest = json.loads(raw["manifest.json"])
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SpcError(f"{path}: {name} is not UTF-8 text; recompile the plan") from None
+    except RecursionError:
+        raise SpcError(f"{path}: {name} is nested too deeply to be a plan's; recompile the plan") from None
     except ValueError:
-        raise SpcError(f"{path}: manifest.json is not valid JSON; recompile the plan") from None
-    if manifest.get("format") != FORMAT:
-        raise SpcError(f"{path}: not an spc plan (format {manifest.get('format')!r})")
+        raise SpcError(f"{path}: {name} is not valid JSON; recompile the plan") from None
+
+
+def _weights(data: bytes, path: Path) -> dict[str, np.ndarray]:
+    """The safetensors member, its header checked before any tensor is made."""
+    where = f"{path}: weights.safetensors"
+    if len(data) < 8:
+        raise SpcError(f"{where} is truncated; recompile the plan")
+    n = int.from_bytes(data[:8], "little")
+    if n > min(len(data) - 8, MAX_HEADER_BYTES):
+        raise SpcError(f"{where}: its header claims {n} bytes of {len(data) - 8}; recompile the plan")
+    header = _json(data[8:8 + n], path, "weights.safetensors' header")
+    if not isinstance(header, dict):
+        raise SpcError(f"{where}: its header is not a mapping; recompile the plan")
+    body = len(data) - 8 - n
+    spans = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if not (isinstance(entry, dict) and set(entry) == {"dtype", "shape", "data_offsets"}
+                and isinstance(entry["dtype"], str) and entry["dtype"] in _WEIGHT_BYTES
+                and isinstance(entry["shape"], list)
+                and len(entry["shape"]) <= 8 and all(type(d) is int and 0 <= d <= MAX_WEIGHT_VALUES
+                                                     for d in entry["shape"])
+                and isinstance(entry["data_offsets"], list) and len(entry["data_offsets"]) == 2
+                and all(type(o) is int for o in entry["data_offsets"])):
+            raise SpcError(f"{where}: tensor {name[:60]!r} is not described as a tensor (dtype {list(_WEIGHT_BYTES)}, "
+                           "shape, data_offsets); recompile the plan")
+        start, end = entry["data_offsets"]
+        want = math.prod(entry["shape"]) * _WEIGHT_BYTES[entry["dtype"]]
+        if not 0 <= start <= end <= body or end - start != want:
+            raise SpcError(f"{where}: tensor {name[:60]!r} claims bytes {start}..{end} of {body} for "
+                           f"{entry['shape']} {entry['dtype']}; recompile the plan")
+        spans.append((start, end))
+    spans.sort()
+    if any(a[1] > b[0] for a, b in itertools.pairwise(spans)):
+        raise SpcError(f"{where}: tensors overlap; recompile the plan")
+    from safetensors import SafetensorError
+    from safetensors.numpy import load
+
+    try:
+        return dict(load(data))
+    except (SafetensorError, ValueError, TypeError) as exc:
+        raise SpcError(f"{where} does not load ({str(exc)[:100]}); recompile the plan") from None
+
+
+def read_plan(path: Path, target: str | None = None) -> Plan:
+    """The plan at ``path``, checked before anything uses it: bounded members, the format
+    version, every hash (the manifest's own included), the schema (plan/schema.py) and the
+    program's consistency (plan/verify.py)."""
+    from spc.plan.schema import validate_manifest, validate_program
+    from spc.plan.verify import verify_plan
+
+    if not path.exists():
+        raise SpcError(f"{path}: no such plan file")
+    raw = _members(path)
+    manifest = _json(raw["manifest.json"], path, "manifest.json")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        got = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise SpcError(f"{path}: not an spc plan (format {str(got)[:40]!r})")
     version = manifest.get("format_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version > FORMAT_VERSION:
+    if type(version) is not int or version < 1:
+        raise SpcError(f"{path}: plan format version {str(version)[:20]!r} is not a version; recompile the plan")
+    if version > FORMAT_VERSION:
         raise SpcError(f"{path}: plan format version {version} is newer than this spc understands "
                        f"({FORMAT_VERSION}); upgrade spc or recompile with this one")
     if version < FORMAT_VERSION:
         raise SpcError(f"{path}: plan format version {version} is older than this spc's ({FORMAT_VERSION}); "
                        "recompile the plan")
+    if manifest.get("digest") != manifest_digest(manifest):
+        raise SpcError(f"{path}: manifest.json does not match its digest (edited or damaged); recompile the plan")
+    checked = validate_manifest(manifest, str(path))
     for name in _MEMBERS:
-        want = manifest.get("members", {}).get(name)
-        if want != sha256(raw[name]):
+        if checked.members[name] != sha256(raw[name]):
             raise SpcError(f"{path}: {name} does not match its hash in the manifest (edited or damaged); "
                            "recompile the plan")
-    from safetensors.numpy import load
-
+    if target is not None and checked.target != target:
+        raise SpcError(f"{path}: the plan is for {checked.target}, and this run is for {target}; pass --target "
+                       f"{checked.target} if you mean to run it for {checked.target}, or recompile it with --target "
+                       f"{target}")
+    d = _json(raw["program.json"], path, "program.json")
+    validate_program(d, str(path))
     try:
-        program = Program.from_json(json.loads(raw["program.json"]))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise SpcError(f"{path}: program.json does not describe a program ({exc})") from None
-    return Plan(manifest, program, dict(load(raw["weights.safetensors"])), raw["ir.txt"].decode())
+        program = Program.from_json(d)
+    except (ValueError, KeyError, TypeError, ArithmeticError) as exc:  # a typed argument refuses its JSON
+        raise SpcError(f"{path}: program.json does not describe a program ({str(exc)[:200]}); recompile the plan") \
+            from None
+    weights = _weights(raw["weights.safetensors"], path)
+    try:
+        ir_text = raw["ir.txt"].decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpcError(f"{path}: ir.txt is not UTF-8 text; recompile the plan") from None
+    try:
+        verify_plan(program, weights)
+    except SpcError as exc:
+        raise SpcError(f"{path}: {exc}; recompile the plan") from None
+    return Plan(manifest, program, weights, ir_text)

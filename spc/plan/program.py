@@ -24,7 +24,7 @@ import numpy as np
 
 from spc.ttnn.configs import ComputeConfig, Conv2dConfig, PageLayout
 from spc.ttnn.formats import DataFormat
-from spc.ttnn.layout import Layout, layout_of
+from spc.ttnn.layout import Form, Layout, layout_of
 from spc.ttnn.memory import MemoryConfig, SliceConfig
 
 
@@ -100,13 +100,16 @@ def numel(shape: list[int]) -> int:
 @dataclass
 class DeviceTensor:
     """A tensor crossing the host/device boundary: its IR name and shape, and its device layout
-    (``form``: "nhwc" = ttnn's conv layout [1, 1, N*H*W, C], "plain" = the IR shape; ttnn/layout.py)."""
+    (``form``: NHWC = ttnn's conv layout [1, 1, N*H*W, C], PLAIN = the IR shape; ttnn/layout.py)."""
 
     name: str
     shape: list[int]
     device_shape: list[int]
-    form: str = "nhwc"
+    form: Form = Form.NHWC
     dtype: str = "f32"  # the IR element type; booleans are 0/1 on the device
+
+    def __post_init__(self) -> None:
+        self.form = Form(self.form)  # read from JSON as its spelling
 
     @property
     def layout(self) -> Layout:

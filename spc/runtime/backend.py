@@ -27,8 +27,9 @@ class Backend(Protocol):
 BACKENDS = ("emu", "ttnn-mock", "ttnn")
 
 
-def get_backend(name: str, trace: bool = True) -> Backend:
-    """``trace``: on a device, capture the program as a trace and replay it (ignored elsewhere)."""
+def get_backend(name: str, trace: bool = True, target: str | None = None) -> Backend:
+    """``trace``: on a device, capture the program as a trace and replay it (ignored elsewhere).
+    ``target``: the chip the plan is for; a device of another kind is refused (ignored by emu)."""
     if name == "emu":
         from spc.runtime.emu import EmuBackend
 
@@ -36,5 +37,5 @@ def get_backend(name: str, trace: bool = True) -> Backend:
     if name in ("ttnn", "ttnn-mock"):
         from spc.runtime.ttnn_backend import TtnnBackend
 
-        return TtnnBackend(mock=name == "ttnn-mock", trace=trace)
+        return TtnnBackend(mock=name == "ttnn-mock", trace=trace, target=target)
     raise SpcError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})")

@@ -6,6 +6,7 @@ device program; ``run`` only replays the bound calls.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -63,8 +64,24 @@ class EmuProgram:
                                   DataFormat.BFLOAT16)
                for k, v in inputs.items()}
         env.update(self.constants)
-        for call in self.calls:
-            call.op.bind(env, call.fn([env[i] for i in call.op.inputs]))
+        for i, call in enumerate(self.calls):
+            op = call.op
+            try:
+                result = call.fn([env[name] for name in op.inputs])
+            except (RuntimeError, ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError,
+                    MemoryError) as exc:
+                # a validated plan whose calls still disagree (plan/verify.py checks what it can)
+                raise SpcError(f"call {i} ({op.op}, {op.block or op.source}) fails on the emulator: "
+                               f"{type(exc).__name__}: {str(exc)[:160]}; the plan is inconsistent, recompile it") \
+                    from None
+            if op.op != "spc.kernel":
+                results = result if isinstance(result, tuple) else (result,)
+                want = math.prod(op.shape)
+                if any(r.numel() != want for r in results):
+                    raise SpcError(f"call {i} ({op.op}, {op.block or op.source}) makes "
+                                   f"{[list(r.shape) for r in results]}, not the {op.shape} the plan declares; "
+                                   "recompile it")
+            op.bind(env, result)
         return {name: env[name].numpy() for name in read}
 
     def close(self) -> None:

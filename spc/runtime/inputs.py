@@ -1,12 +1,22 @@
 """Turn user files into the plan's input tensor.
 
-Images (JPEG, PNG, ... in any mode: grey, RGB, RGBA, palette, 16-bit) become grey in [0, 1],
-resized to the plan's H x W and repeated over its channels, as SuperPoint's image processor
-prepares them. A ``.npy`` array must already have the input's exact shape and is used as is.
+Images (JPEG, PNG, ... in any mode: grey, RGB, RGBA, palette, CMYK, 16-bit; the first frame of
+an animation) become grey in [0, 1], resized to the plan's H x W and repeated over its channels,
+as SuperPoint's image processor prepares them. A ``.npy`` array must already have the input's
+exact shape and a numeric dtype, and is used as is.
+
+Every file is hostile until checked: an image's size is read from its header before anything is
+decoded (at most :data:`MAX_IMAGE_PIXELS`), a ``.npy``'s shape and dtype from its header before
+its data is read (so a header declaring a huge array allocates nothing), and values that are not
+finite, or beyond float32's range, are refused unless the caller allows them.
 """
 
 from __future__ import annotations
 
+import math
+import stat
+import struct
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -15,13 +25,25 @@ from spc.errors import SpcError
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".gif", ".pgm", ".ppm"}
 
+# The largest image spc decodes: 64 megapixels (8192 x 8192). Decoded as RGBA that is 256 MB, and
+# the grey float32 copy another 256 MB, so a hostile or mistaken file cannot take more than about
+# 1 GB; SuperPoint runs at VGA-like sizes, so a bigger photo should be downscaled first anyway.
+# PIL's own guard (Image.MAX_IMAGE_PIXELS) is set to the same value, its warning made an error.
+MAX_IMAGE_PIXELS = 64 * 1024 * 1024
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_NONFINITE_HINT = "fix the input, or pass --allow-nonfinite to run on it anyway"
+
 
 def expand_paths(paths: list[Path]) -> list[Path]:
     """Files as given; folders contribute their images and .npy files, sorted."""
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES | {".npy"})
+            try:
+                found = sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES | {".npy"})
+            except OSError as exc:
+                raise SpcError(f"{p}: cannot list the folder ({exc.strerror or type(exc).__name__})") from None
             if not found:
                 raise SpcError(f"{p}: folder has no images or .npy files")
             out.extend(found)
@@ -30,31 +52,110 @@ def expand_paths(paths: list[Path]) -> list[Path]:
     return out
 
 
-def grey_image(path: Path) -> np.ndarray:
-    from PIL import Image, UnidentifiedImageError
-
-    if not path.exists():
-        raise SpcError(f"{path}: no such file")
-    if path.stat().st_size == 0:
-        raise SpcError(f"{path}: empty file, not an image")
+def _check_file(path: Path) -> int:
+    """The size of ``path``, a regular file (not a folder, a pipe or a device)."""
     try:
-        with Image.open(path) as im:
-            im.load()
-            if im.width == 0 or im.height == 0:
-                raise SpcError(f"{path}: image has no pixels")
-            if im.mode in ("I;16", "I;16B", "I;16L", "I"):
-                a = np.asarray(im, dtype=np.float64)
-                return (a / (65535.0 if a.max() > 255 or im.mode.startswith("I;16") else 255.0)).astype(np.float32)
-            if im.mode == "F":
-                return np.clip(np.asarray(im, dtype=np.float32), 0.0, 1.0)
-            if im.mode in ("RGBA", "LA", "PA") or (im.mode == "P" and "transparency" in im.info):
-                im = im.convert("RGBA")
-                bg = Image.new("RGBA", im.size, (255, 255, 255, 255))  # transparent reads as white paper
-                im = Image.alpha_composite(bg, im)
-            grey = im.convert("L")
-            return np.asarray(grey, dtype=np.float32) / 255.0
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise SpcError(f"{path}: not a readable image ({type(exc).__name__})") from None
+        st = path.stat()
+    except FileNotFoundError:
+        raise SpcError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise SpcError(f"{path}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise SpcError(f"{path}: not a regular file; give an image or a .npy file")
+    return st.st_size
+
+
+def _check_values(path: Path, a: np.ndarray, allow_nonfinite: bool) -> None:
+    """Refuse NaN, inf and values float32 cannot hold (which would become inf), unless allowed."""
+    if allow_nonfinite or not np.issubdtype(a.dtype, np.floating):
+        return
+    bad = ~np.isfinite(a)
+    if a.dtype.itemsize > 4:
+        with np.errstate(invalid="ignore"):
+            bad |= np.abs(a) > _FLOAT32_MAX
+    count = int(np.count_nonzero(bad))
+    if count:
+        where = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), a.shape))
+        first = float(a[where])
+        raise SpcError(f"{path}: {count} value(s) are NaN, infinite or beyond float32's range "
+                       f"(the first, {first:g}, at index {list(where)}); {_NONFINITE_HINT}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:160] if text else ""
+
+
+def image_size(path: Path) -> tuple[int, int]:
+    """An image's (width, height) from its header, checked as :func:`grey_image` checks it (a
+    regular, non-empty file PIL recognises, within :data:`MAX_IMAGE_PIXELS`); nothing decoded."""
+    return _open_image(path, None)
+
+
+def grey_image(path: Path, allow_nonfinite: bool = False) -> np.ndarray:
+    return _open_image(path, allow_nonfinite)
+
+
+def _open_image(path: Path, allow_nonfinite: bool | None):
+    """The grey image, or with ``allow_nonfinite`` None its (width, height) from the header only."""
+    from PIL import Image, ImageFile, UnidentifiedImageError
+
+    if _check_file(path) == 0:
+        raise SpcError(f"{path}: empty file, not an image")
+    Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS  # deliberately: see MAX_IMAGE_PIXELS above
+    ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated image is an error, never a grey-filled one
+    too_big = (f"{path}: image is larger than spc's cap of {MAX_IMAGE_PIXELS // (1024 * 1024)} megapixels "
+               "({size}); downscale it first")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # PIL's notes on odd metadata are no business of the user's
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as im:  # lazy: reads the header only
+                w, h = im.size
+                if w * h > MAX_IMAGE_PIXELS:
+                    raise SpcError(too_big.format(size=f"{w} x {h}"))
+                if w == 0 or h == 0:
+                    raise SpcError(f"{path}: image has no pixels")
+                if allow_nonfinite is None:
+                    return w, h
+                im.seek(0)  # an animation's first frame
+                im.load()
+                return _grey(path, im, allow_nonfinite)
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
+        raise SpcError(too_big.format(size=str(exc).split(" exceeds")[0].removeprefix("Image size ").strip("()")
+                                      or "too many pixels")) from None
+    except (UnidentifiedImageError, OSError, ValueError, EOFError, SyntaxError, IndexError, struct.error) as exc:
+        detail = _first_line(exc)
+        raise SpcError(f"{path}: not a readable image ({type(exc).__name__}{': ' + detail if detail else ''}); "
+                       "give a JPEG, PNG, ... or a .npy file") from None
+    except MemoryError:
+        raise SpcError(f"{path}: not enough memory to decode this image; downscale it first") from None
+
+
+def _grey(path: Path, im, allow_nonfinite: bool) -> np.ndarray:
+    from PIL import Image
+
+    if im.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
+        a = np.asarray(im, dtype=np.float32)  # exact up to 2**24, more than 16 bits need
+        top = a.max(initial=0.0)
+        return np.clip(a / (65535.0 if top > 255 or im.mode.startswith("I;16") else 255.0), 0.0, 1.0)
+    if im.mode == "F":
+        a = np.asarray(im, dtype=np.float32)
+        _check_values(path, a, allow_nonfinite)
+        return np.clip(np.nan_to_num(a, nan=0.0), 0.0, 1.0)
+    if im.mode in ("RGBA", "LA", "PA", "La", "RGBa") or (im.mode == "P" and "transparency" in im.info):
+        im = im.convert("RGBA")
+        bg = Image.new("RGBA", im.size, (255, 255, 255, 255))  # transparent reads as white paper
+        im = Image.alpha_composite(bg, im)
+    try:
+        grey = im.convert("L")
+    except ValueError:
+        raise SpcError(f"{path}: image mode {im.mode} is not supported; save it as RGB or grey") from None
+    return np.asarray(grey, dtype=np.float32) / 255.0
+
+
+# for spc/runtime/frames.py, which checks inputs as this module does
+check_file, check_values, first_line = _check_file, _check_values, _first_line
 
 
 def resize(a: np.ndarray, h: int, w: int) -> np.ndarray:
@@ -65,21 +166,66 @@ def resize(a: np.ndarray, h: int, w: int) -> np.ndarray:
     return np.asarray(Image.fromarray(a, mode="F").resize((w, h), Image.BILINEAR), dtype=np.float32)
 
 
-def load_input(path: Path, shape: list[int]) -> np.ndarray:
+def read_npy(path: Path, shape: list[int]) -> np.ndarray:
+    """A .npy of exactly ``shape``, numeric (integer or floating), checked from its header before
+    any data is read; no pickles."""
+    import numpy.lib.format as npy
+
+    size = _check_file(path)
+    try:
+        with open(path, "rb") as f:
+            try:
+                version = npy.read_magic(f)
+            except (ValueError, EOFError):
+                raise SpcError(f"{path}: not a .npy file (no NumPy magic at its start); "
+                               "save the array with numpy.save") from None
+            try:
+                if version == (1, 0):
+                    got, fortran, dtype = npy.read_array_header_1_0(f)
+                elif version == (2, 0):
+                    got, fortran, dtype = npy.read_array_header_2_0(f)
+                else:
+                    raise SpcError(f"{path}: .npy format version {version[0]}.{version[1]} is not supported "
+                                   "(only 1.0 and 2.0: a plain numeric array); save it with numpy.save")
+            except SpcError:
+                raise
+            except Exception as exc:  # numpy parses the header as a Python literal: any error can come out
+                raise SpcError(f"{path}: damaged .npy header ({type(exc).__name__}: {_first_line(exc)}); "
+                               "save the array again with numpy.save") from None
+            if list(got) != shape:
+                raise SpcError(f"{path}: array shape {list(got)} does not match the plan input {shape}")
+            if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None or not (
+                    np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)):
+                raise SpcError(f"{path}: array dtype {dtype} is not an integer or floating-point number; "
+                               "save a numeric array (e.g. float32)")
+            want = math.prod(got) * dtype.itemsize
+            have = size - f.tell()
+            if have != want:
+                raise SpcError(f"{path}: truncated or padded .npy: {have} bytes of data where its header "
+                               f"declares {want}; save the array again with numpy.save")
+            raw = f.read(want)
+    except OSError as exc:
+        raise SpcError(f"{path}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    if len(raw) != want:
+        raise SpcError(f"{path}: truncated .npy (the file changed while it was read)")
+    return np.frombuffer(raw, dtype=dtype).reshape(got, order="F" if fortran else "C")
+
+
+def load_input(path: Path, shape: list[int], allow_nonfinite: bool = False) -> np.ndarray:
     """The plan input for ``path``, float32: a .npy of exactly ``shape``, or an image for a
-    (1, C, H, W) input."""
-    if path.suffix.lower() == ".npy":
-        try:
-            a = np.load(path, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
-            raise SpcError(f"{path}: not a readable .npy array ({exc})") from None
-        if list(a.shape) != shape:
-            raise SpcError(f"{path}: array shape {list(a.shape)} does not match the plan input {shape}")
-        if not np.issubdtype(a.dtype, np.number):
-            raise SpcError(f"{path}: array dtype {a.dtype} is not numeric")
-        return a.astype(np.float32)
+    (1, C, H, W) input. NaN, inf and values beyond float32's range are refused unless
+    ``allow_nonfinite``."""
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        a = read_npy(path, shape)
+        _check_values(path, a, allow_nonfinite)
+        with np.errstate(over="ignore", invalid="ignore"):  # allowed: beyond float32 becomes inf
+            return np.ascontiguousarray(a, dtype=np.float32)
+    if suffix == ".npz":
+        raise SpcError(f"{path}: an .npz holds several arrays; give the input as a .npy of shape {shape}")
     if len(shape) != 4 or shape[0] != 1:
         raise SpcError(f"{path}: the plan's input is {shape}, not an image (1, C, H, W); give a .npy of that shape")
     n, c, h, w = shape
-    grey = resize(grey_image(path), h, w)
+    grey = resize(grey_image(path, allow_nonfinite), h, w)
     return np.broadcast_to(grey[None, None], (n, c, h, w)).astype(np.float32)
+

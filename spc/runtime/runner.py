@@ -11,7 +11,7 @@ from spc.errors import SpcError
 from spc.ir.ops.keypoints import KeypointOverflow
 from spc.ir.types import DType
 from spc.plan.io import Plan
-from spc.plan.program import DeviceTensor
+from spc.plan.program import DeviceTensor, TensorSpec
 from spc.runtime.backend import get_backend
 from spc.runtime.host import run_host
 
@@ -32,11 +32,23 @@ def _host_value(t: DeviceTensor, y: np.ndarray) -> np.ndarray:
     return x.astype(np.float32 if dtype is DType.BF16 else dtype.numpy, copy=False)
 
 
+def _check_output(spec: TensorSpec, value: np.ndarray) -> None:
+    """A model output as the plan declares it (element type, rank, static sizes): a validated plan
+    whose host stage makes something else is inconsistent, and its result is not handed on."""
+    a = np.asarray(value)
+    want = DType(spec.dtype).host_numpy
+    if a.dtype != want or a.ndim != len(spec.shape) or any(
+            isinstance(d, int) and d != n for d, n in zip(spec.shape, a.shape)):
+        raise SpcError(f"output {spec.name}: made as {a.dtype}{list(a.shape)}, but the plan declares "
+                       f"{spec.dtype}{list(spec.shape)} (as the ONNX model declares it, if it does: then the "
+                       "model's declared output type is wrong; fix it, or declare the size dynamic, and recompile)")
+
+
 class Runner:
     def __init__(self, plan: Plan, backend: str = "emu", trace: bool = True) -> None:
         self.plan = plan
         self.program = plan.program
-        self.device = get_backend(backend, trace).prepare(plan.program, plan.weights)
+        self.device = get_backend(backend, trace, plan.manifest.get("target")).prepare(plan.program, plan.weights)
         self.overflows = 0  # frames read densely because the compact read-back could not hold them
 
     def close(self) -> None:
@@ -79,7 +91,14 @@ class Runner:
         t3 = time.perf_counter()
         seconds.update(host_pre=t1 - t0, device=t2 - t1, host_post=t3 - t2)
         seconds.update({f"device.{k}": v for k, v in getattr(self.device, "seconds", {}).items()})
+        missing = [o.name for o in p.outputs if o.name not in env]
+        if missing:
+            raise SpcError(f"output {missing[0]}: the host stage did not make it; the plan is inconsistent, "
+                           "recompile it")
+        outputs = {o.name: env[o.name] for o in p.outputs}
+        for o in p.outputs:
+            _check_output(o, outputs[o.name])
         maps = {}
         if dense:
             maps = {role: t.layout.from_device(got[t.name], t.shape) for role, t in p.probes.items()}
-        return RunResult({o.name: env[o.name] for o in p.outputs}, maps, seconds)
+        return RunResult(outputs, maps, seconds)

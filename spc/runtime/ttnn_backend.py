@@ -32,7 +32,7 @@ from spc.errors import SpcError
 from spc.plan.program import Program, TtOp
 from spc.ttnn.calls import ARCH, DEVICE, Attr, Call, Ref, Weight, describe
 from spc.ttnn.formats import DataFormat
-from spc.ttnn.targets import L1_SMALL_BYTES
+from spc.ttnn.targets import L1_SMALL_BYTES, Target, get_target
 
 TRACE_REGION_BYTES = 64 << 20  # DRAM for the captured commands; the program has about 130 calls
 
@@ -65,8 +65,13 @@ def ttnn_message(exc: BaseException) -> str:
     return " | ".join(lines[:3]) or type(exc).__name__
 
 
+# where Tenstorrent's kernel driver puts its device nodes (tt-kmd)
+DEVICE_NODES = "/dev/tenstorrent"
+
+
 class TtnnProgram:
-    def __init__(self, program: Program, weights: dict[str, np.ndarray], mock: bool, trace: bool = False) -> None:
+    def __init__(self, program: Program, weights: dict[str, np.ndarray], mock: bool, trace: bool = False,
+                 target: str | None = None) -> None:
         if mock:
             from spc.runtime.ttnn_mock.harness import HarnessError, prepare
 
@@ -74,6 +79,9 @@ class TtnnProgram:
                 os.environ.update(prepare())
             except HarnessError as exc:
                 raise SpcError(f"mock p150: {exc}") from None
+        elif not os.path.isdir(DEVICE_NODES):  # before ttnn, which would log and then fail in C++
+            raise SpcError(f"no Tenstorrent device here ({DEVICE_NODES} is absent): use --backend emu (the CPU, "
+                           "device numerics) or --backend ttnn-mock (ttnn's checks on a mock p150)")
         try:
             import ttnn
         except ImportError:
@@ -93,11 +101,20 @@ class TtnnProgram:
         self.device = self.call("open_mesh_device", mesh_shape=ttnn.MeshShape(1, 1), l1_small_size=L1_SMALL_BYTES,
                                 trace_region_size=TRACE_REGION_BYTES if trace else 0, num_command_queues=2)
         try:
+            if target is not None:
+                self._check_arch(get_target(target), "mock p150" if mock else "the device")
             self.constants = {c.name: self._constant(c.weight, c.device_shape, c.dtype) for c in program.constants}
             self.calls = [(op, self._bind(op)) for op in program.device_ops]
         except Exception:
             self.close()
             raise
+
+    def _check_arch(self, target: Target, device: str) -> None:
+        """A plan's memory configurations and grid are the target's: another chip is refused."""
+        arch = getattr(self.device.arch(), "name", str(self.device.arch())).lower()
+        if arch != target.arch:
+            raise SpcError(f"the plan is for {target.name} ({target.arch}), and {device} is a {arch}; "
+                           "recompile it with the --target of this device")
 
     def _constant(self, key: str, shape: list[int], dtype: DataFormat) -> Any:
         """A program constant on the device, in tiles, in DRAM: put there once, before any frame."""
@@ -304,10 +321,11 @@ class TtnnProgram:
 
 
 class TtnnBackend:
-    def __init__(self, mock: bool, trace: bool = True) -> None:
+    def __init__(self, mock: bool, trace: bool = True, target: str | None = None) -> None:
         self.mock = mock
         self.trace = trace and not mock  # trace capture crashes in mock mode
         self.name = "ttnn-mock" if mock else "ttnn"
+        self.target = target
 
     def prepare(self, program: Program, weights: dict[str, np.ndarray]) -> TtnnProgram:
-        return TtnnProgram(program, weights, self.mock, self.trace)
+        return TtnnProgram(program, weights, self.mock, self.trace, self.target)

@@ -10,10 +10,11 @@ from spc.runtime.inputs import load_input
 from spc.tuning.comparison import Comparison, ImageReport, find_source
 
 
-def check_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | None, backend: str) -> list[ImageReport]:
+def check_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | None, backend: str,
+                allow_nonfinite: bool = False) -> list[ImageReport]:
     src = find_source(plan, plan_path, onnx)
     shape = [int(d) for d in plan.program.inputs[0].shape]
-    arrays = [load_input(f, shape) for f in files]
+    arrays = [load_input(f, shape, allow_nonfinite) for f in files]
     probes = {role: t.name for role, t in plan.program.probes.items()}
     return Comparison(src, probes, arrays, [f.name for f in files]).reports(plan, backend)
 

@@ -1,4 +1,10 @@
-"""`spc inspect PLAN`: what a plan will do on the device, call by call, and per frame.
+"""`spc inspect PLAN`: what a plan is and what it will do on the device, call by call, and per frame.
+
+First a header from the manifest: the source ONNX (name, sha256), the input and output specs,
+the target, the precision preset and rules, the compile options, the spc and plan-format
+versions, and where the weights came from when the source recorded it (``spc export`` writes
+``spc.weights.*`` into the ONNX metadata_props; ``spc compile`` keeps them as model_metadata).
+Everything in it is the plan's data, printed escaped and bounded, never as markup.
 
 Per call: the ttnn op, its precision block, its output (values, format), its memory
 configuration (L1 or DRAM path and slices, as the memory planner chose: memory/planner.py) and shard
@@ -10,10 +16,14 @@ predicted device time, bytes host-to-device and device-to-host, layout conversio
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
+from spc.memory.calls import op_memory, writes_dram
 from spc.memory.l1 import L1Use
-from spc.memory.residency import op_memory, walk, writes_dram
+from spc.memory.residency import walk
 from spc.plan.io import Plan
 from spc.plan.program import TtOp, numel
 from spc.ttnn.formats import DataFormat
@@ -52,6 +62,17 @@ class PlanReport:
     host_post: int = 0  # and after it
     host_reasons: list[str] = field(default_factory=list)  # why the first host-post nodes are not on the device
     device_macs_share: float = 1.0
+    # the header: what the plan is
+    plan_file: str = ""
+    source: dict[str, str] = field(default_factory=dict)  # the ONNX it was compiled from: file, sha256
+    inputs: list[dict[str, Any]] = field(default_factory=list)  # name, dtype, shape
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    precision_rules: list[dict[str, Any]] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)  # the compile options, as the manifest records them
+    spc_version: str = ""
+    format_version: int = 0
+    weights: dict[str, str] = field(default_factory=dict)  # spc.weights.* of the source, without the prefix
+    model_metadata: dict[str, str] = field(default_factory=dict)  # the source's metadata_props, as kept
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -73,7 +94,7 @@ def _shard(op: TtOp, use: L1Use) -> str:
     return f"{use.cores} x [{use.shard_rows}, {op.shape[-1]}]{where}"
 
 
-def plan_report(plan: Plan) -> PlanReport:
+def plan_report(plan: Plan, plan_file: str = "") -> PlanReport:
     p = plan.program
     target = get_target(plan.manifest.get("target", "p150"))
     records = walk(p, target)
@@ -91,35 +112,114 @@ def plan_report(plan: Plan) -> PlanReport:
     precision = preset.get("preset", "?") + (f" + {len(preset['rules'])} override(s)" if preset.get("rules") else "")
     macs = plan.manifest.get("macs", {})
     share = macs.get("device", 1) / max(macs.get("device", 1) + macs.get("host", 0), 1)
+    m = plan.manifest
+    metadata = dict(m.get("model_metadata") or {})
     return PlanReport(target.name, precision, rows, total * 1e3, h2d, d2h,
                       sum(1 for op in p.device_ops if op.op in CONVERSIONS), target.l1_budget_bytes,
-                      len(p.host_pre), len(p.host_post), list(plan.manifest.get("host_reasons", [])), share)
+                      len(p.host_pre), len(p.host_post), list(m.get("host_reasons", [])), share,
+                      plan_file=plan_file, source=dict(m.get("source", {})),
+                      inputs=[dict(t) for t in m.get("inputs", [])], outputs=[dict(t) for t in m.get("outputs", [])],
+                      precision_rules=list(preset.get("rules", [])), options=dict(m.get("options", {})),
+                      spc_version=str(m.get("spc_version", "")), format_version=int(m.get("format_version", 0)),
+                      weights={k.removeprefix("spc.weights."): v for k, v in metadata.items()
+                               if k.startswith("spc.weights.")},
+                      model_metadata=metadata)
+
+
+def clean(value: Any, limit: int = 200) -> str:
+    """A value from a file, as one printable line of at most ``limit`` characters: control
+    characters escaped, the rest cut with ``...``."""
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _spec(t: dict[str, Any]) -> str:
+    shape = t.get("shape")
+    dims = "?" if not isinstance(shape, list) else "[" + ", ".join(clean(d, 32) for d in shape[:32]) + (
+        ", ..." if len(shape) > 32 else "") + "]"
+    return f"{clean(t.get('name', '?'), 100)} {clean(t.get('dtype', '?'), 16)} {dims}"
+
+
+def header_lines(report: PlanReport) -> list[str]:
+    """The header of ``spc inspect PLAN``: what the plan is, each line plain text."""
+    from spc import __version__
+
+    this = "" if report.spc_version == __version__ else f" (this is spc {__version__})"
+    lines = [f"plan: {clean(report.plan_file or '?')}, plan format {report.format_version}, "
+             f"written by spc {clean(report.spc_version, 64)}{this}",
+             f"source: {clean(report.source.get('file', '?'))}, sha256 {clean(report.source.get('sha256', '?'), 64)}"]
+    lines += [f"input:  {_spec(t)}" for t in report.inputs[:16]]
+    lines += [f"output: {_spec(t)}" for t in report.outputs[:64]]
+    rules = "; ".join(" ".join(f"{clean(k, 32)}={clean(v, 64)}" for k, v in r.items()) if isinstance(r, dict)
+                      else clean(r, 64) for r in report.precision_rules[:16])
+    more = f"; ... {len(report.precision_rules) - 16} more" if len(report.precision_rules) > 16 else ""
+    lines.append(f"target: {report.target}; precision: {clean(report.precision, 100)}"
+                 + (f" (rules: {rules}{more})" if rules else ""))
+    options = [f"{clean(k, 32)}={clean(v, 100)}" for k, v in report.options.items() if k != "precision"]
+    lines.append("options: " + (" ".join(options[:32]) or "(none recorded)"))
+    w = report.weights
+    if w:
+        digest = f", sha256 {clean(w['sha256'], 64)}" if "sha256" in w else ""
+        digest += f", revision {clean(w['revision'], 64)}" if "revision" in w else ""
+        lines.append(f"weights: {clean(w.get('source', '?'), 32)} {clean(w.get('name', '?'), 200)}{digest}")
+        if "note" in w:
+            lines.append(f"  {clean(w['note'], 400)}")
+    elif report.model_metadata:
+        lines.append("weights: not recorded by the source ONNX (no spc.weights.* in its metadata_props)")
+    else:
+        lines.append("weights: not recorded (the source ONNX has no metadata_props; `spc export` writes them)")
+    others = [k for k in report.model_metadata if not k.startswith("spc.weights.")]
+    if others:
+        shown = ", ".join(f"{clean(k, 64)}={clean(report.model_metadata[k], 64)}" for k in others[:16])
+        lines.append(f"model metadata: {shown}" + (f", ... {len(others) - 16} more" if len(others) > 16 else ""))
+    return lines
+
+
+def _console(*renderables: Any) -> Any:
+    """A console as wide as the terminal; written to a file or pipe (and no COLUMNS set), as wide
+    as the widest of ``renderables`` needs, so that every row stays on one line."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    console = Console(highlight=False)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        wide = Console(width=10_000, highlight=False)
+        need = max((Measurement.get(wide, wide.options, r).maximum for r in renderables), default=80)
+        console.width = max(80, min(need, 1000))
+    return console
 
 
 def print_report(report: PlanReport) -> None:
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"device program: {len(report.calls)} ttnn calls, target {report.target}, "
-                        f"precision {report.precision}")
+    table = Table(title=Text(f"device program: {len(report.calls)} ttnn calls, target {report.target}, "
+                             f"precision {clean(report.precision, 100)}"))
+    columns = ("#", "call", "block", "output values", "format", "memory", "cores x shard", "L1 peak/core",
+               "headroom", "pred. us", "share")
     numeric = ("#", "output values", "L1 peak/core", "headroom", "pred. us", "share")
-    for col in ("#", "call", "block", "output values", "format", "memory", "cores x shard", "L1 peak/core",
-                "headroom", "pred. us", "share"):
-        table.add_column(col, justify="right" if col in numeric else "left")
-    for r in report.calls:
-        table.add_row(str(r.index), r.op.removeprefix("ttnn."), r.block, f"{r.values:,}", r.dtype, r.memory, r.shard,
-                      f"{r.l1_peak / 1024:,.0f} KiB", f"{r.headroom / 1024:,.0f} KiB", f"{r.predicted_us:.1f}",
-                      f"{r.share:.1%}")
-    console = Console()
-    console.width = max(console.width, 140)
+    rows = [tuple(Text(clean(c, 1000)) for c in (  # plan text is data, not rich markup
+        str(r.index), r.op.removeprefix("ttnn."), r.block, f"{r.values:,}", r.dtype, r.memory, r.shard,
+        f"{r.l1_peak / 1024:,.0f} KiB", f"{r.headroom / 1024:,.0f} KiB", f"{r.predicted_us:.1f}", f"{r.share:.1%}"))
+            for r in report.calls]
+    for col in columns:  # folded, never cut: a long block name wraps inside its cell
+        table.add_column(col, justify="right" if col in numeric else "left", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console = _console(table)
+    say = lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)
+    for line in header_lines(report):
+        say(line)
     console.print(table)
-    console.print(f"predicted device time per frame: {report.predicted_device_ms:.3f} ms (an estimate: "
-                  "docs/memory.md says how far to trust it); L1 per core on "
-                  f"{report.target}: {report.l1_budget / 1024:,.0f} KiB for buffers and tensors")
-    console.print(f"host-to-device per frame: {report.h2d_bytes / 1e6:.3f} MB; device-to-host per frame: "
-                  f"{report.d2h_bytes / 1e6:.3f} MB; layout conversions: {report.layout_conversions}; "
-                  f"ttnn calls: {len(report.calls)}")
-    console.print(f"host: {report.host_pre} op(s) before the device stage, {report.host_post} after; "
-                  f"{report.device_macs_share:.1%} of multiply-adds on the device")
+    say(f"predicted device time per frame: {report.predicted_device_ms:.3f} ms (an estimate: "
+        "docs/memory.md says how far to trust it); L1 per core on "
+        f"{report.target}: {report.l1_budget / 1024:,.0f} KiB for buffers and tensors")
+    say(f"host-to-device per frame: {report.h2d_bytes / 1e6:.3f} MB; device-to-host per frame: "
+        f"{report.d2h_bytes / 1e6:.3f} MB; layout conversions: {report.layout_conversions}; "
+        f"ttnn calls: {len(report.calls)}")
+    say(f"host: {report.host_pre} op(s) before the device stage, {report.host_post} after; "
+        f"{report.device_macs_share:.1%} of multiply-adds on the device")
     for why in report.host_reasons:
-        console.print(f"  on the host (with what follows it, reading the device-to-host bytes above): {why}")
+        say(f"  on the host (with what follows it, reading the device-to-host bytes above): {clean(why, 1000)}")

@@ -1,27 +1,103 @@
-"""`spc run` over files: progress bar, .npz per input, optional overlay PNG."""
+"""`spc run` over files: inputs streamed frame by frame, a progress bar, results as one .npz per
+frame or as groups of an hloc-style features.h5, optional overlay PNGs.
+
+The conventions (docs/outputs.md): ``.npz`` files hold the model's outputs under their ONNX names,
+as the model returns them for the plan-sized frame (a drop-in for onnxruntime), plus
+``image_size``; an ``.h5`` holds, per frame, what hloc's ``extract_features`` writes: the valid
+keypoints in the original image's pixels (``spc.runtime.frames.Geometry``), their scores, their
+descriptors as (D, N) and the original (width, height).
+"""
 
 from __future__ import annotations
 
 import io
+import json
+import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from spc import console
 from spc.errors import SpcError
-from spc.files import atomic_write
+from spc.files import atomic_write, check_outputs, os_errors
 from spc.plan.io import Plan
-from spc.runtime.inputs import load_input
+from spc.runtime.frames import (
+    PREFETCH,
+    VIDEO_SUFFIXES,
+    Frame,
+    Geometry,
+    Source,
+    frames,
+    prefetched,
+    probe,
+    probe_video,
+)
 from spc.runtime.runner import Runner, RunResult
+
+FORMATS = ("npz", "h5")
+H5_SUFFIXES = (".h5", ".hdf5")
+# hloc's SuperPoint wrapper: detection noise 2 px, times the mean scale to the original image
+# (hloc/extract_features.py writes it as the keypoints' "uncertainty" attribute)
+DETECTION_NOISE = 2.0
+_H5_EXTRA = "--format h5 needs h5py: pip install 'spc[full]'"
+
+
+def relative_names(files: list[Path]) -> list[str]:
+    """Each input's path relative to the folder that holds all the inputs (one input: its name)."""
+    absolute = [Path(os.path.abspath(f)) for f in files]
+    try:
+        common = Path(os.path.commonpath([str(a.parent) for a in absolute]))
+    except ValueError:  # different drives: keep every path whole
+        common = Path(absolute[0].anchor)
+    return [a.relative_to(common).as_posix() for a in absolute]
 
 
 def output_paths(files: list[Path], output: Path | None, suffix: str) -> list[Path]:
-    """One input: ``output`` itself (default <input>.<suffix>); several: files in the folder ``output``."""
-    if len(files) == 1 and (output is None or output.suffix):
-        return [output or files[0].with_suffix(suffix)]
+    """Where each input's output goes (the naming scheme `spc run --help` states):
+
+    * one input and ``output`` a file name (it has a suffix and is no folder): ``output`` itself;
+    * one input and no ``output``: beside the input, its whole name plus ``suffix``
+      (``x.png`` -> ``x.png.npz``);
+    * otherwise ``output`` (default: the current folder) is a folder, and each input's output is
+      its path relative to the folder that holds all the inputs, plus ``suffix``:
+      ``imgs/x.png imgs/x.jpg`` -> ``OUT/x.png.npz OUT/x.jpg.npz``, ``a/y.png b/y.png`` ->
+      ``OUT/a/y.png.npz OUT/b/y.png.npz``.
+
+    Distinct input files thus always get distinct outputs, whatever the other inputs are called.
+    A video's frames get its output with ``.frame_NNNNNN`` before the suffix (:func:`frame_path`).
+    """
+    if len(files) == 1 and output is not None and output.suffix and not output.is_dir():
+        return [output]
+    if len(files) == 1 and output is None:
+        return [files[0].with_name(files[0].name + suffix)]
     folder = output or Path(".")
-    if (folder.exists() and not folder.is_dir()) or folder.suffix == suffix:
+    if (os.path.lexists(folder) and not folder.is_dir()) or folder.suffix == suffix:
         raise SpcError(f"{folder}: {len(files)} inputs need a folder for -o/--viz, not a {suffix} file")
-    return [folder / (f.stem + suffix) for f in files]
+    return [folder / (name + suffix) for name in relative_names(files)]
+
+
+def frame_path(path: Path, index: int | None) -> Path:
+    """A video frame's output: ``clip.mp4.npz`` -> ``clip.mp4.frame_000001.npz`` (frames from 1)."""
+    return path if index is None else path.with_name(f"{path.stem}.frame_{index:06d}{path.suffix}")
+
+
+def frame_group(name: str, index: int | None) -> str:
+    """A frame's group in the .h5: the input's relative name, a video's frames below it."""
+    return name if index is None else f"{name}/frame_{index:06d}"
+
+
+def h5_output(output: Path | None) -> Path:
+    """The one .h5 file of a run: ``-o`` (a .h5 name, or a folder for its features.h5), default
+    ./features.h5."""
+    if output is None:
+        return Path("features.h5")
+    if output.is_dir() or not output.suffix:
+        return output / "features.h5"
+    if output.suffix.lower() not in H5_SUFFIXES:
+        raise SpcError(f"{output}: --format h5 writes one HDF5 file for all inputs: give -o NAME.h5 (or a folder)")
+    return output
 
 
 def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
@@ -30,60 +106,290 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
-def overlay_png(grey: np.ndarray, keypoints: np.ndarray, scores: np.ndarray) -> bytes:
-    """Keypoints (pixel x, y) as circles whose radius grows with the score, on the grey image."""
+def overlay_png(grey: np.ndarray, keypoints: np.ndarray, scores: np.ndarray, scale: float = 1.0) -> bytes:
+    """Keypoints (pixel x, y) as circles whose radius grows with the score (and with ``scale``, the
+    image's size over the frame's), on the grey image."""
     from PIL import Image, ImageDraw
 
     im = Image.fromarray((np.clip(grey, 0, 1) * 255).astype(np.uint8), mode="L").convert("RGB")
     draw = ImageDraw.Draw(im)
     top = float(scores.max()) if len(scores) else 1.0
     for (x, y), s in zip(keypoints, scores):
-        r = 1.5 + 3.0 * float(s) / max(top, 1e-6)
+        r = (1.5 + 3.0 * float(s) / max(top, 1e-6)) * max(1.0, scale)
         draw.ellipse([x - r, y - r, x + r, y + r], outline=(0, 255, 0))
     buf = io.BytesIO()
     im.save(buf, format="PNG")
     return buf.getvalue()
 
 
-def summary(result: RunResult, roles: dict[str, dict], height: int, width: int) -> str:
-    """What a frame gave: its keypoints when the model has them (by role), else its outputs."""
+def keypoints_of(result: RunResult, roles: dict[str, dict], height: int,
+                 width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The frame's keypoints (plan pixels, (N, 2) as x, y), scores (N,) and descriptors (N, D) by
+    the plan's output roles, without the batch axis and with the mask applied (None: it has none)."""
     from spc.ir.ops.keypoints import canonical
 
-    got = canonical(result.outputs, roles, height, width)
+    try:
+        return canonical(result.outputs, roles, height, width)
+    except (ValueError, IndexError, TypeError, KeyError) as exc:  # roles that do not fit the values made
+        raise SpcError(f"the plan's output roles do not fit its outputs ({type(exc).__name__}: {str(exc)[:120]}); "
+                       "recompile the plan") from None
+
+
+def in_original(found: tuple[np.ndarray, np.ndarray, np.ndarray],
+                geometry: Geometry | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Keypoints mapped to the original image's pixels (Geometry's convention), those outside it
+    (under --resize fit, in the padding) dropped, with their scores and descriptors."""
+    xy, scores, desc = found
+    if geometry is None:  # a .npy: the frame is the image
+        return np.asarray(xy, np.float32), scores, desc
+    xy0, keep = geometry.to_original(xy)
+    return xy0[keep], scores[keep], desc[keep]
+
+
+def summary(result: RunResult, roles: dict[str, dict], height: int, width: int) -> str:
+    """What a frame gave: its keypoints when the model has them (by role), else its outputs."""
+    got = keypoints_of(result, roles, height, width)
     if got is not None:
         return f"{len(got[0])} keypoints"
     return ", ".join(f"{name} {list(a.shape)}" for name, a in result.outputs.items())
 
 
+@dataclass
+class Target:
+    """Where one frame's results go."""
+
+    npz: Path | None = None
+    viz: Path | None = None
+    group: str | None = None
+
+
+def _h5py():
+    try:
+        import h5py
+    except ModuleNotFoundError:
+        raise SpcError(_H5_EXTRA) from None
+    return h5py
+
+
+def check_h5(path: Path, groups: list[str], inputs: list[Path], overwrite: bool) -> None:
+    """The .h5 may be new, or an HDF5 file that gets new groups: one already there is refused
+    unless ``overwrite`` (then it is replaced)."""
+    h5py = _h5py()
+    check_outputs([path], inputs, overwrite=True)  # never an input, a folder or in a read-only folder
+    if not os.path.lexists(path):
+        return
+    with os_errors(path, "cannot read"):
+        if not h5py.is_hdf5(path):
+            raise SpcError(f"{path}: exists and is not an HDF5 file; choose another -o")
+        with h5py.File(path, "r") as fd:
+            there = [g for g in groups if g in fd]
+    if there and not overwrite:
+        more = f" (and {len(there) - 1} more)" if len(there) > 1 else ""
+        raise SpcError(f"{path}: already holds {there[0]}{more}; pass --overwrite to replace them, "
+                       "or choose another -o")
+
+
+def write_h5_group(path: Path, name: str, arrays: dict[str, np.ndarray], uncertainty: float) -> None:
+    """One frame's group, written whole (a failure removes it), the file closed after it, as hloc does."""
+    h5py = _h5py()
+    with os_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    with os_errors(path), h5py.File(path, "a") as fd:
+        if name in fd:
+            del fd[name]
+        grp = fd.create_group(name)
+        try:
+            for key, value in arrays.items():
+                grp.create_dataset(key, data=value)
+            grp["keypoints"].attrs["uncertainty"] = np.float32(uncertainty)
+        except BaseException:
+            del fd[name]
+            raise
+
+
+def h5_arrays(kept: tuple[np.ndarray, np.ndarray, np.ndarray], frame: Frame,
+              width: int, height: int) -> tuple[dict[str, np.ndarray], float]:
+    """A frame's hloc group (its keypoints already in the original image, :func:`in_original`) and
+    the keypoints' uncertainty."""
+    xy, scores, desc = kept
+    size = frame.geometry.original if frame.geometry is not None else (width, height)
+    scale = float(frame.geometry.scale.mean()) if frame.geometry is not None else 1.0
+    return {"keypoints": np.ascontiguousarray(xy, np.float32),
+            "scores": np.ascontiguousarray(scores, np.float32),
+            "descriptors": np.ascontiguousarray(np.asarray(desc, np.float32).T),
+            "image_size": np.array(size, np.int64)}, DETECTION_NOISE * scale
+
+
+def _aspect_note(sources: list[Source], height: int, width: int, mode: str) -> str | None:
+    changed = [s for s in sources if s.size is not None and Geometry.of(s.size, (width, height), mode).aspect_changed]
+    if not changed:
+        return None
+    first = changed[0]
+    w0, h0 = first.size  # type: ignore[misc]
+    more = f"; so are {len(changed) - 1} more input(s)" if len(changed) > 1 else ""
+    return (f"{first.path} resized {h0}x{w0} -> {height}x{width} (height x width; aspect changed; "
+            f"--resize fit keeps it){more}")
+
+
+def _progress(total: int):
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        ProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from rich.text import Text
+
+    class Rate(ProgressColumn):
+        def render(self, task) -> Text:
+            return Text(f"{task.speed:.1f} frames/s" if task.speed else "- frames/s")
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), Rate(),
+                    TimeElapsedColumn(), TimeRemainingColumn(), transient=True,
+                    disable=total < 2 or not Console().is_terminal)  # a pipe or a file: the lines only
+
+
+def plan_targets(files: list[Path], counts: list[int | None], fmt: str, output: Path | None,
+                 viz: Path | None) -> tuple[list[list[Target]], Path | None]:
+    """Each input's frames' outputs (``counts``: a video's frame count, None for one frame), and the
+    .h5 of an h5 run."""
+    none: list = [None] * len(files)
+    npz = output_paths(files, output, ".npz") if fmt == "npz" else none
+    groups = relative_names(files) if fmt == "h5" else none
+    pngs = output_paths(files, viz, ".png") if viz is not None else none
+    targets = [[Target(frame_path(n, i) if n else None, frame_path(v, i) if v else None,
+                       frame_group(g, i) if g else None)
+                for i in ([None] if count is None else range(1, count + 1))]
+               for count, n, v, g in zip(counts, npz, pngs, groups)]
+    return targets, h5_output(output) if fmt == "h5" else None
+
+
+def write_results(result: RunResult, frame: Frame, t: Target, h5_path: Path | None, roles: dict[str, dict],
+                  height: int, width: int) -> int | None:
+    """One frame's .npz, .h5 group and overlay, as ``t`` says; its keypoint count in the image
+    (None: the plan has no keypoints)."""
+    has_keypoints = any(r.get("role") == "keypoints" for r in roles.values())
+    found = keypoints_of(result, roles, height, width) if has_keypoints else None
+    kept = in_original(found, frame.geometry) if found is not None else None
+    g = frame.geometry
+    if t.npz is not None:
+        arrays = dict(result.outputs)
+        arrays.update(result.dense)
+        if g is not None and "image_size" not in arrays:
+            arrays["image_size"] = np.array(g.original, np.int64)
+        atomic_write(t.npz, npz_bytes(arrays))
+    if t.group is not None:
+        assert h5_path is not None and kept is not None
+        arrays, uncertainty = h5_arrays(kept, frame, width, height)
+        write_h5_group(h5_path, t.group, arrays, uncertainty)
+    if t.viz is not None:
+        assert kept is not None and frame.original is not None
+        atomic_write(t.viz, overlay_png(frame.original, kept[0], kept[1], float(g.scale.mean()) if g else 1.0))
+    return len(kept[0]) if kept is not None else None
+
+
 def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | None, dense: bool,
-              backend: str, trace: bool = True) -> None:
-    from rich.progress import Progress
-
-    from spc.ir.ops.keypoints import canonical
-
+              backend: str, trace: bool = True, *, plan_path: Path | None = None, overwrite: bool = False,
+              allow_nonfinite: bool = False, fmt: str = "npz", resize: str = "stretch", as_json: bool = False,
+              prefetch: int = PREFETCH) -> None:
+    """Run the plan on every frame of ``files``: everything that can be checked before the first
+    frame is (outputs, every input's header), then the inputs are decoded as the device needs them,
+    ``prefetch`` frames ahead (memory does not grow with the number of inputs)."""
     spec = plan.program.inputs[0]
     shape = [int(d) for d in spec.shape]
     roles = plan.program.roles
     height, width = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
-    if viz is not None and not any(r.get("role") == "keypoints" for r in roles.values()):
+    has_keypoints = any(r.get("role") == "keypoints" for r in roles.values())
+    if fmt not in FORMATS:
+        raise SpcError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if viz is not None and not has_keypoints:
         raise SpcError("--viz draws keypoints, and this plan's outputs hold none (spc inspect lists its outputs)")
-    npz_paths = output_paths(files, output, ".npz")
-    viz_paths = output_paths(files, viz, ".png") if viz is not None else [None] * len(files)
-    # read every input first: a bad file fails before anything is written
-    arrays = [load_input(f, shape) for f in files]
-    with Runner(plan, backend, trace) as runner, Progress(transient=True, disable=len(files) < 2) as bar:
-        task = bar.add_task("running", total=len(files))
-        for f, x, out, vz in zip(files, arrays, npz_paths, viz_paths):
-            overflows = runner.overflows
-            result = runner.run(x, dense=dense)
-            arrays_out = dict(result.outputs)
-            arrays_out.update({k: v for k, v in result.dense.items()})
-            atomic_write(out, npz_bytes(arrays_out))
-            if vz is not None:
-                found = canonical(result.outputs, roles, height, width)
-                assert found is not None
-                grey = x.reshape(-1, height, width)[0]
-                atomic_write(vz, overlay_png(grey, found[0], found[1]))
-            bar.advance(task)
-            note = " (more than the compact read-back holds: read densely)" if runner.overflows > overflows else ""
-            print(f"{f}: {summary(result, roles, height, width)}{note} -> {out}" + (f", {vz}" if vz else ""))
+    if fmt == "h5" and not has_keypoints:
+        raise SpcError("--format h5 writes keypoints, and this plan's outputs hold none (spc inspect lists its "
+                       "outputs); use --format npz")
+    if fmt == "h5" and dense:
+        raise SpcError("--dense saves the device maps into the .npz files: use it with --format npz")
+    if fmt == "npz" and output is not None and output.suffix.lower() in H5_SUFFIXES:
+        raise SpcError(f"{output}: an HDF5 name; pass --format h5 to write one")
+    given: dict[str, Path] = {}
+    for f in files:
+        if given.setdefault(os.path.abspath(f), f) is not f:
+            raise SpcError(f"{f}: given twice (a folder and a file in it?); give each input once")
+
+    # a video's frame count names its outputs: read it (from ffmpeg's packets) first
+    videos = {i: probe_video(f) for i, f in enumerate(files)
+              if f.suffix.lower() in VIDEO_SUFFIXES and len(shape) == 4}
+    targets, h5_path = plan_targets(files, [videos[i].frames if i in videos else None for i in range(len(files))],
+                                    fmt, output, viz)
+    flat = [t for ts in targets for t in ts]
+    protected = [*files, *([plan_path] if plan_path else [])]
+    # nothing replaces an input (the plan included), another output of this run, or, without
+    # --overwrite, an earlier result (an .h5: a group already in it)
+    check_outputs([*(t.npz for t in flat if t.npz), *(t.viz for t in flat if t.viz)], protected, overwrite)
+    if h5_path is not None:
+        check_h5(h5_path, [t.group for t in flat if t.group], protected, overwrite)
+    # every input checked from its header before anything is decoded or written
+    sources = [videos[i] if i in videos else probe(f, shape, allow_nonfinite) for i, f in enumerate(files)]
+    note = _aspect_note(sources, height, width, resize) if len(shape) == 4 else None  # said once, at its frame
+    where = {id(s): ts for s, ts in zip(sources, targets)}
+    stream = prefetched(frames(sources, shape, resize, keep_original=viz is not None,
+                               allow_nonfinite=allow_nonfinite), prefetch)
+    tally = {"frames": 0, "keypoints": 0, "resized": 0, "aspect_changed": 0}
+    try:
+        with Runner(plan, backend, trace) as runner, _progress(len(flat)) as bar:
+            task = bar.add_task("running", total=len(flat))
+            start = time.perf_counter()
+            for frame in stream:
+                t = where[id(frame.source)][(frame.index or 1) - 1]
+                overflows = runner.overflows
+                result = runner.run(frame.x, dense=dense)
+                count = write_results(result, frame, t, h5_path, roles, height, width)
+                g = frame.geometry
+                if note and g is not None and g.aspect_changed:  # with the first result it concerns
+                    console.note(note)
+                    note = None
+                bar.advance(task)
+                tally["frames"] += 1
+                tally["keypoints"] += count or 0
+                tally["resized"] += bool(g is not None and g.resized)
+                tally["aspect_changed"] += bool(g is not None and g.aspect_changed)
+                dense_read = runner.overflows > overflows
+                if as_json:
+                    print(json.dumps({"input": str(frame.source.path), "frame": frame.index,
+                                      "output": str(t.npz or h5_path), "group": t.group,
+                                      "viz": str(t.viz) if t.viz else None, "keypoints": count,
+                                      "image_size": list(g.original) if g is not None else None,
+                                      "resized": bool(g is not None and g.resized),
+                                      "aspect_changed": bool(g is not None and g.aspect_changed),
+                                      "read_densely": dense_read}), flush=True)
+                else:
+                    label = str(frame.source.path) + (f" frame {frame.index}" if frame.index is not None else "")
+                    what = f"{count} keypoints" if count is not None else summary(result, roles, height, width)
+                    extra = " (more than the compact read-back holds: read densely)" if dense_read else ""
+                    dest = str(t.npz) if t.npz is not None else f"{h5_path}:{t.group}"
+                    console.info(f"{label}: {what}{extra} -> {dest}" + (f", {t.viz}" if t.viz else ""))
+    except SpcError as exc:
+        if tally["frames"]:
+            raise SpcError(f"{exc} (stopped after {tally['frames']} of {len(flat)} frame(s); their results "
+                           "are kept)") from None
+        raise
+    finally:
+        stream.close()
+    seconds = time.perf_counter() - start  # from the first frame: the device's set-up is not counted
+    done = tally["frames"]
+    rate = done / seconds if seconds > 0 else 0.0
+    if as_json:
+        print(json.dumps({"summary": {"inputs": len(files), **tally, "seconds": round(seconds, 3),
+                                      "frames_per_second": round(rate, 3), "format": fmt, "resize": resize,
+                                      "output": str(h5_path) if h5_path else None}}))
+    elif done > 1:
+        kp = f", {tally['keypoints']} keypoints" if has_keypoints else ""
+        size = (f"; {tally['resized']} resized ({tally['aspect_changed']} with a change of aspect ratio)"
+                if tally["resized"] else "")
+        into = f" -> {h5_path}" if h5_path else ""
+        console.info(f"done: {done} frames from {len(files)} input(s) in {seconds:.1f} s ({rate:.2f} frames/s)"
+                     f"{kp}{size}{into}")

@@ -34,7 +34,7 @@ class Activation(enum.Enum):
 
 class _Config:
     """A ttnn configuration object as a frozen dataclass: every field is one ttnn field, written to
-    and read from the plan's JSON by its type (enums by value, PageLayout by name), so adding a
+    and read from the plan's JSON by its type (enums by value: one spelling per concept), so adding a
     field is adding a line."""
 
     json_name: ClassVar[str]  # the call argument it is (conv_config), for errors
@@ -59,8 +59,6 @@ class _Config:
 
 
 def _encode(value: Any) -> Any:
-    if isinstance(value, PageLayout):
-        return value.name
     return value.value if isinstance(value, enum.Enum) else value
 
 
@@ -70,11 +68,6 @@ def _decode(hint: Any, raw: Any, what: str) -> Any:
         if raw is None:
             return None
         hint = options[0]
-    if hint is PageLayout:
-        try:
-            return PageLayout[raw]
-        except KeyError:
-            raise ValueError(f"{what}: {raw!r} is not one of {', '.join(p.name for p in PageLayout)}") from None
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         try:
             return hint(raw)

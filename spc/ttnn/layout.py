@@ -13,9 +13,19 @@ to_nhwc); this module maps host arrays to each form and back.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
+
+
+class Form(enum.StrEnum):
+    """Which of the two layouts a device tensor is held in; a ``str`` whose value the plan's JSON
+    spells (``DeviceTensor.form``: "nhwc", "plain")."""
+
+    NHWC = "nhwc"  # DeviceLayout
+    PLAIN = "plain"  # PlainLayout
 
 
 @dataclass(frozen=True)
@@ -25,7 +35,7 @@ class DeviceLayout:
     w: int
     c: int
 
-    form = "nhwc"
+    form: ClassVar[Form] = Form.NHWC
 
     @staticmethod
     def fits(shape: tuple[int, ...] | list[int]) -> bool:
@@ -64,7 +74,7 @@ class PlainLayout:
 
     shape: tuple[int, ...]
 
-    form = "plain"
+    form: ClassVar[Form] = Form.PLAIN
 
     @property
     def device_shape(self) -> list[int]:
@@ -80,10 +90,10 @@ class PlainLayout:
 Layout = DeviceLayout | PlainLayout
 
 
-def layout_of(form: str, shape: tuple[int, ...] | list[int]) -> Layout:
-    """The layout of an IR value of ``shape`` held in ``form`` ("nhwc" or "plain")."""
-    if form == "nhwc":
+def layout_of(form: Form, shape: tuple[int, ...] | list[int]) -> Layout:
+    """The layout of an IR value of ``shape`` held in ``form``."""
+    if form is Form.NHWC:
         return DeviceLayout.of(shape)
-    if form == "plain":
+    if form is Form.PLAIN:
         return PlainLayout(tuple(int(d) for d in shape))
     raise ValueError(f"unknown device form {form!r}")

@@ -49,6 +49,10 @@ class MemoryConfig:
     layout: TensorLayout = TensorLayout.INTERLEAVED
 
     @property
+    def in_dram(self) -> bool:
+        return self.buffer is BufferType.DRAM
+
+    @property
     def key(self) -> str:
         """The plan's spelling (``DRAM_INTERLEAVED``), as ttnn names its ready-made configs."""
         return f"{self.buffer.name}_{self.layout.value}"

@@ -69,12 +69,17 @@ class BlockPrecision:
     def spell(self, compute: bool = True) -> str:
         """``w:bfloat16 HiFi4 fp32acc l1acc out:bfloat16`` (the IR text, pass stats); without
         ``compute`` only what an op without a matrix engine uses: ``out:bfloat16``."""
-        out = f"out:{self.output_dtype.value}"
+        out = BlockPrecision.spell_output(self.output_dtype)
         if not compute:
             return out
         acc = "fp32acc" if self.fp32_dest_acc_en else "bf16acc"
         l1 = " l1acc" if self.packer_l1_acc else ""
         return f"w:{self.weights_dtype.value} {self.math_fidelity.value} {acc}{l1} {out}"
+
+    @staticmethod
+    def spell_output(fmt: DataFormat) -> str:
+        """What :meth:`spell` says of an output format alone (any format: a call's result)."""
+        return f"out:{fmt.value}"
 
     @staticmethod
     def parse(text: str) -> BlockPrecision:
@@ -125,10 +130,15 @@ class PrecisionPlan:
         return p
 
     def with_rule(self, pattern: str, **changes: Any) -> PrecisionPlan:
-        return replace(self, rules=(*self.rules, (pattern, tuple(sorted(changes.items())))))
+        """``changes`` may name formats and fidelities (a TOML file) or give them typed (a search
+        move); a rule holds them typed (a name that is none is left for BlockPrecision to refuse)."""
+        typed = tuple(sorted((k, _typed(k, v)) for k, v in changes.items()))
+        return replace(self, rules=(*self.rules, (pattern, typed)))
 
     def describe(self) -> dict[str, Any]:
-        return {"preset": self.preset, "rules": [{"blocks": p, **dict(c)} for p, c in self.rules]}
+        """The plan as JSON (a manifest): formats and fidelities by their spelling."""
+        return {"preset": self.preset,
+                "rules": [{"blocks": p, **{k: _spelled(v) for k, v in c}} for p, c in self.rules]}
 
     @staticmethod
     def from_description(d: dict[str, Any]) -> PrecisionPlan:
@@ -138,6 +148,23 @@ class PrecisionPlan:
             changes = {k: v for k, v in rule.items() if k != "blocks"}
             plan = plan.with_rule(rule["blocks"], **changes)
         return plan
+
+
+_TYPED = {"weights_dtype": DataFormat, "output_dtype": DataFormat, "math_fidelity": MathFidelity}
+
+
+def _typed(name: str, value: Any) -> Any:
+    kind = _TYPED.get(name)
+    if kind is not None and isinstance(value, str):
+        try:
+            return kind(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _spelled(value: Any) -> Any:
+    return value.value if isinstance(value, (DataFormat, MathFidelity)) else value
 
 
 def load_precision_config(path: Path, preset: str | None = None) -> PrecisionPlan:

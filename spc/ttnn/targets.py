@@ -25,6 +25,7 @@ class Target:
     dram_bytes_per_s: float  # measured, bank-adjacent readers
     dram_banks: int
     flop_per_cycle_per_core: int = 4096  # matrix engine, one fidelity phase (8x16 x 16x16)
+    arch: str = "blackhole"  # what ttnn's device.arch() names the chip (ttnn.Arch member, lower case)
 
     @property
     def cores(self) -> int:
@@ -51,9 +52,11 @@ TARGETS = {
     "p150": Target("p150", (11, 10), 1.35e9, 1572864, 111744, 500e9, 8),
     # Wormhole: 1464 KiB of L1 per core; the reserved base is assumed to be Blackhole's (not
     # measured: the mock device here is a p150)
-    "n150": Target("n150", (8, 8), 1.0e9, 1499136, 111744, 288e9, 12),
-    "n300": Target("n300", (8, 8), 1.0e9, 1499136, 111744, 288e9, 12),
+    "n150": Target("n150", (8, 8), 1.0e9, 1499136, 111744, 288e9, 12, arch="wormhole_b0"),
+    "n300": Target("n300", (8, 8), 1.0e9, 1499136, 111744, 288e9, 12, arch="wormhole_b0"),
 }
+# what `spc compile` builds for, and what run/check/bench expect, unless --target says otherwise
+DEFAULT_TARGET = "p150"
 
 
 def get_target(name: str) -> Target:

@@ -22,6 +22,7 @@ from spc.errors import SpcError
 from spc.plan.io import Plan
 from spc.plan.program import TtOp
 from spc.runtime.inputs import load_input
+from spc.ttnn.precision import BlockPrecision
 from spc.tuning.comparison import Comparison, find_source
 from spc.tuning.precision_search import Score
 from spc.tuning.thresholds import Thresholds
@@ -47,12 +48,13 @@ class BisectResult:
 
 
 def _setting(op: TtOp) -> str:
-    parts = [f"out:{op.dtype.value}"]
+    """A call's precision as the IR spells a block's (BlockPrecision.spell): a conv's all of it,
+    another call's its output format."""
     conv, cc = op.args.get("conv_config"), op.args.get("compute_config")
     if conv is not None and cc is not None:
-        parts = [f"w:{conv.weights_dtype.value}", cc.math_fidelity.value,
-                 "fp32acc" if cc.fp32_dest_acc_en else "bf16acc", "l1acc" if cc.packer_l1_acc else "no-l1acc", *parts]
-    return " ".join(parts)
+        return BlockPrecision(conv.weights_dtype, cc.math_fidelity, cc.fp32_dest_acc_en, op.dtype,
+                              cc.packer_l1_acc).spell()
+    return BlockPrecision.spell_output(op.dtype)
 
 
 def differences(safe: Plan, fast: Plan) -> list[Difference]:

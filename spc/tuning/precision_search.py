@@ -16,8 +16,9 @@ the predicted device time (memory/cost.py):
 3. Combination: all of those at once; if that fails, add them one at a time, biggest saving
    first, keeping each only if the plan still passes.
 
-Each trial re-stamps precision on the compiled graph and lowers it again; no re-import, no
-re-running of the other passes.
+Each trial re-stamps precision on the compiled graph, then lowers it and plans its memory again
+through the compile's own path (compiler.Lowering: its memory, read-back and kernel options); no
+re-import, no re-running of the other passes.
 """
 
 from __future__ import annotations
@@ -32,20 +33,23 @@ import numpy as np
 
 from spc.errors import SpcError
 from spc.ir.graph import Graph
+from spc.memory.residency import CallRecord, predicted_ms
+from spc.plan.program import Program
+from spc.ttnn.formats import DataFormat, MathFidelity
 from spc.ttnn.precision import PrecisionPlan
-from spc.ttnn.targets import Target, get_target
 from spc.tuning.thresholds import Thresholds
 
 CALIBRATION_DIR = Path(__file__).parent / "calibration"
 # cheaper-than-accurate settings of a convolution block
-OPTIONS: tuple[dict[str, Any], ...] = (
-    {"weights_dtype": "bfloat4_b", "math_fidelity": "LoFi"},
-    {"weights_dtype": "bfloat8_b", "math_fidelity": "LoFi"},
-    {"weights_dtype": "bfloat16", "math_fidelity": "LoFi"},
-    {"weights_dtype": "bfloat8_b", "math_fidelity": "HiFi2"},
-    {"weights_dtype": "bfloat16", "math_fidelity": "HiFi2"},
-    {"weights_dtype": "bfloat16", "math_fidelity": "HiFi3"},
-)
+OPTIONS: tuple[dict[str, Any], ...] = tuple(
+    {"weights_dtype": w, "math_fidelity": f} for w, f in (
+        (DataFormat.BFLOAT4_B, MathFidelity.LOFI),
+        (DataFormat.BFLOAT8_B, MathFidelity.LOFI),
+        (DataFormat.BFLOAT16, MathFidelity.LOFI),
+        (DataFormat.BFLOAT8_B, MathFidelity.HIFI2),
+        (DataFormat.BFLOAT16, MathFidelity.HIFI2),
+        (DataFormat.BFLOAT16, MathFidelity.HIFI3),
+    ))
 
 
 @dataclass(frozen=True)
@@ -95,32 +99,32 @@ class SearchResult:
                 "thresholds": vars(self.thresholds), "trials": len(self.trials), "message": self.message}
 
 
+# a compiled graph -> its planned program, the program's tensors and the planner's walk, as the
+# compile makes them (compiler.Lowering.trial: the compile's memory, read-back and kernel options)
+LowerAndPlan = Callable[[Graph], tuple[Program, dict[str, np.ndarray], list[CallRecord]]]
+
+
 class Evaluator:
     """Scores precision plans of one compiled graph on calibration inputs."""
 
     def __init__(self, g: Graph, src: Path, inputs: list[np.ndarray], choose: Callable[[PrecisionPlan], None],
-                 target: Target | None = None) -> None:
+                 lower_and_plan: LowerAndPlan) -> None:
         from spc.lowering.lower import find_probes
         from spc.tuning.comparison import Comparison
 
         self.g = g
         # applies a plan to the graph: the compiler re-runs choose-precision through its pass manager
         self.choose = choose
-        self.target = target or get_target("p150")
-        self.probes = find_probes(g)
-        self.comparison = Comparison(src, self.probes, inputs)
+        self.lower_and_plan = lower_and_plan
+        self.comparison = Comparison(src, find_probes(g), inputs)
 
     def __call__(self, plan: PrecisionPlan) -> Score:
-        from spc.lowering.lower import lower
-        from spc.memory.planner import plan_memory
-        from spc.memory.residency import predicted_ms
         from spc.plan.io import Plan
 
         self.choose(plan)
-        program, tensors = lower(self.g, self.probes)
-        planned = plan_memory(program, self.target)  # formats change buffer sizes
+        program, tensors, records = self.lower_and_plan(self.g)  # formats change buffer sizes: planned again
         reports = self.comparison.reports(Plan({}, program, tensors, ""))
-        return Score.of(reports, predicted_ms(planned.records))
+        return Score.of(reports, predicted_ms(records))
 
 
 def calibration_inputs(folder: Path | None, shape: list[int]) -> list[np.ndarray]:
@@ -136,13 +140,14 @@ def conv_blocks(g: Graph) -> list[str]:
     return [n.block for n in g.nodes if n.op.name == "spc.Conv2d" and n.block is not None]
 
 
-def search(g: Graph, src: Path, choose: Callable[[PrecisionPlan], None], calib: Path | None = None,
-           thresholds: Thresholds | None = None, log: Callable[[str], None] = print,
-           target: Target | None = None) -> SearchResult:
-    """Search the precision of compiled graph ``g`` (from ``src``) on calibration inputs, for
-    ``target``; ``choose`` applies a plan to ``g`` (see :class:`Evaluator`)."""
+def search(g: Graph, src: Path, choose: Callable[[PrecisionPlan], None], lower_and_plan: LowerAndPlan,
+           calib: Path | None = None, thresholds: Thresholds | None = None,
+           log: Callable[[str], None] = print) -> SearchResult:
+    """Search the precision of compiled graph ``g`` (from ``src``) on calibration inputs;
+    ``choose`` applies a plan to ``g``, ``lower_and_plan`` makes the plan a trial scores, as the
+    compile would (see :class:`Evaluator`)."""
     shape = [int(d) for d in g.inputs[0].type.static_shape]
-    evaluate = Evaluator(g, src, calibration_inputs(calib, shape), choose, target)
+    evaluate = Evaluator(g, src, calibration_inputs(calib, shape), choose, lower_and_plan)
     return search_plans(conv_blocks(g), evaluate, thresholds or Thresholds(), log)
 
 
@@ -195,7 +200,7 @@ def search_plans(blocks: list[str], evaluate: Callable[[PrecisionPlan], Score], 
             plan = current.plan.with_rule(block, **option)
             if _same(current.plan, plan, block):
                 break  # options are ordered cheapest first: nothing cheaper is left for this block
-            t = trial(f"{block}: {option['weights_dtype']} {option['math_fidelity']}", plan)
+            t = trial(f"{block}: {option['weights_dtype'].value} {option['math_fidelity'].value}", plan)
             if t.passed and t.score.device_ms < current.score.device_ms:
                 allowed[block] = (option, current.score.device_ms - t.score.device_ms)
                 break

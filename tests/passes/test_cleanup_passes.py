@@ -7,6 +7,7 @@ import numpy as np
 from spc.ir.interpreter import evaluate_graph
 from spc.ir.printer import print_graph
 from spc.passes.eliminate_dead_code import EliminateDeadCode
+from spc.passes.explain import Explainer
 from spc.passes.fold_constants import FoldConstants
 from spc.passes.manager import PassContext
 from spc.passes.remove_identity import RemoveIdentity
@@ -88,6 +89,26 @@ def test_simplify_shapes_leaves_different_axes() -> None:
 }
 """)
     assert not SimplifyShapes().run(g, PassContext()).modified
+
+
+def test_simplify_shapes_says_why_it_declines() -> None:
+    g = ir("""graph @t(%x: f32[1,1,5]) {
+  %zero: i64[1] = const dense<[0]>
+  %one: i64[1] = const dense<[1]>
+  %two: i64[] = const dense<2>
+  %sq: f32[1,5] = onnx.Squeeze(%x, %zero) #sq
+  %un: f32[1,1,5] = onnx.Unsqueeze(%sq, %one) #un
+  %g: f32[1,1] = onnx.Gather(%un, %two) {axis = 2} #g
+  return %g
+}
+""")
+    ctx = PassContext(explainer=Explainer(frozenset({"simplify-shapes"})))
+    SimplifyShapes().run(g, ctx)
+    text = ctx.explainer.format()
+    assert "unsqueeze-squeeze  #un (onnx.Unsqueeze)" in text
+    assert "stopped: the check: #un works on axes [1], #sq on [0]" in text
+    assert "unit-gather-to-squeeze  #g (onnx.Gather)" in text
+    assert "stopped: the check: axis 2 of %un has size 5, not 1" in text
 
 
 def test_unit_gather_becomes_squeeze() -> None:

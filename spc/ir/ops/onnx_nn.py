@@ -66,7 +66,7 @@ def _work(dtype: np.dtype) -> np.dtype:
 
 
 def _np(dt: DType) -> np.dtype:
-    return np.dtype(np.float32) if dt is DType.BF16 else dt.numpy
+    return dt.host_numpy
 
 
 def _stash(attrs: D) -> DType:
@@ -164,11 +164,6 @@ def _canonical_window(attrs: D) -> D:
     out = {k: v for k, v in attrs.items() if k != "auto_pad"}
     out["pads"] = pads
     return out
-
-
-def pool_out_hw(h: int, w: int, attrs: D) -> tuple[int, int]:
-    out = _window((h, w), attrs["kernel_shape"], attrs, bool(attrs.get("ceil_mode", 0))).out
-    return out[0], out[1]
 
 
 # -- Conv -------------------------------------------------------------------------------------
@@ -597,7 +592,21 @@ def _batchnorm(ins: A, attrs: D) -> list[np.ndarray]:
     return [(xw * a.reshape(shape) + (bias - mean * a).reshape(shape)).astype(x.dtype)]
 
 
-@register("onnx.InstanceNormalization", same_type, arity=(3, 3))
+def _instance_norm_infer(ins: list[Value | None], attrs: D) -> Types:
+    x = _x(ins)
+    if x.type.rank < 3:
+        raise ValueError(f"InstanceNormalization needs an (N, C, ...) input, not rank {x.type.rank}")
+    c = x.type.shape[1]
+    for what, v in (("scale", ins[1]), ("B", ins[2])):
+        assert v is not None
+        size = v.type.shape[0] if v.type.rank == 1 else None
+        if v.type.rank != 1 or (isinstance(c, int) and isinstance(size, int) and size != c):
+            raise ValueError(f"InstanceNormalization's {what} is {list(v.type.shape)}; it takes one value per "
+                             f"channel ({c})")
+    return same_type(ins, attrs)
+
+
+@register("onnx.InstanceNormalization", _instance_norm_infer, arity=(3, 3))
 def _instance_norm(ins: A, attrs: D) -> list[np.ndarray]:
     x, scale, bias = (np.asarray(a) for a in ins[:3])
     xw = x.astype(_work(x.dtype))
@@ -754,7 +763,11 @@ def _softmax_like(name: str, fn: Callable[[np.ndarray, int], np.ndarray]) -> Non
             return [fn(flat, 1).reshape(x.shape).astype(x.dtype)]
         return [fn(x, axis).astype(x.dtype)]
 
-    register(f"onnx.{name}", same_type, arity=(1, 1), canonicalize=_softmax_canon)(run)
+    def infer(ins: list[Value | None], attrs: D) -> Types:
+        norm_axis(int(attrs.get("axis", -1)), _x(ins).type.rank)  # an axis beyond the rank: refused here
+        return same_type(ins, attrs)
+
+    register(f"onnx.{name}", infer, arity=(1, 1), canonicalize=_softmax_canon)(run)
 
 
 _softmax_like("Softmax", softmax)
@@ -1001,10 +1014,14 @@ def depth_to_space(x: np.ndarray, block: int, mode: str) -> np.ndarray:
 
 def _d2s_infer(ins: list[Value | None], attrs: D) -> Types:
     x = _x(ins)
+    if x.type.rank != 4:
+        raise ValueError("DepthToSpace needs a 4-D input")
     if not x.type.is_static:
         return None
     n, c, h, w = x.type.static_shape
     b = int(attrs["blocksize"])
+    if c % (b * b):
+        raise ValueError(f"DepthToSpace: {c} channels are not a multiple of blocksize**2 = {b * b}")
     return [x.type.with_shape((n, c // (b * b), h * b, w * b))]
 
 
@@ -1268,11 +1285,6 @@ def _grid_sample(x: np.ndarray, grid: np.ndarray, mode: str, padding: str, align
         vals = np.take_along_axis(flat, index[:, None, :], axis=2)
         acc += (weight[:, None, :] * vals).astype(work, copy=False)
     return acc.reshape(n, ch, *out).astype(x.dtype)
-
-
-def grid_sample_bilinear(x: np.ndarray, grid: np.ndarray, align_corners: bool) -> np.ndarray:
-    """ONNX GridSample, bilinear, zero padding, NCHW input, grid (N, Ho, Wo, 2) as (x, y)."""
-    return _grid_sample(np.asarray(x), np.asarray(grid), "linear", "zeros", bool(align_corners))
 
 
 @register("onnx.GridSample", _grid_sample_infer, arity=(2, 2), canonicalize=_gs_canon)

@@ -1,0 +1,148 @@
+"""spc from Python: compile an ONNX export, load a plan, run it on images or arrays.
+
+    import spc
+    model = spc.compile("superpoint.onnx")           # or spc.load("sp.ttplan")
+    f = model.run("img.jpg")                          # a path, a PIL image or a numpy array
+    f.keypoints, f.scores, f.descriptors, f.image_size
+
+``keypoints`` are (N, 2) float32 (x, y) in the original image's pixels, with a pixel's centre at
+integer coordinates (hloc's, COLMAP's and kornia's convention; docs/outputs.md), ``scores`` (N,),
+``descriptors`` (N, D); ``outputs`` holds the model's own outputs by their ONNX names, as
+onnxruntime returns them. The same checks as the command line apply (plans validated, inputs
+bounded and finite, nothing written over an input), and errors are :class:`spc.errors.SpcError`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from spc.errors import SpcError
+from spc.plan.io import Plan
+from spc.ttnn.targets import DEFAULT_TARGET
+
+
+@dataclass(frozen=True)
+class Features:
+    """One image's result."""
+
+    keypoints: np.ndarray  # (N, 2) float32, (x, y) in the original image's pixels
+    scores: np.ndarray  # (N,)
+    descriptors: np.ndarray  # (N, D)
+    image_size: tuple[int, int]  # the original image's (width, height)
+    outputs: dict[str, np.ndarray]  # the model's outputs by ONNX name
+
+
+class Model:
+    """A loaded plan and the backend it runs on (prepared on the first run, kept until close)."""
+
+    def __init__(self, plan: Plan, backend: str = "emu", path: Path | None = None) -> None:
+        self.plan = plan
+        self.backend = backend
+        self.path = path
+        self._runner: Any = None
+
+    @property
+    def input_shape(self) -> list[int]:
+        return [int(d) for d in self.plan.program.inputs[0].shape]
+
+    @property
+    def target(self) -> str:
+        return str(self.plan.manifest.get("target", DEFAULT_TARGET))
+
+    def run(self, image: Any, *, resize: str = "stretch", allow_nonfinite: bool = False) -> Features:
+        """``image``: a file (image or .npy), a PIL image, a grey (H, W) or RGB (H, W, 3) array
+        (uint8, or float in [0, 1]), or an array of the plan's exact input shape (used as is).
+        ``resize``: ``stretch`` to the plan's size, or ``fit`` (aspect ratio kept, zero padding)."""
+        from spc.runtime.runner import Runner
+        from spc.tools.run import in_original, keypoints_of
+
+        shape = self.input_shape
+        x, geometry = _frame(image, shape, resize, allow_nonfinite)
+        if self._runner is None:
+            self._runner = Runner(self.plan, self.backend)
+        result = self._runner.run(x)
+        h, w = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
+        found = keypoints_of(result, self.plan.program.roles, h, w)
+        size = geometry.original if geometry is not None else (w, h)
+        if found is None:
+            empty = np.zeros((0, 2), np.float32)
+            return Features(empty, np.zeros(0, np.float32), np.zeros((0, 0), np.float32), size, result.outputs)
+        xy, scores, desc = in_original(found, geometry)
+        return Features(xy, scores, desc, size, result.outputs)
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+def _frame(image: Any, shape: list[int], resize: str, allow_nonfinite: bool) -> tuple[np.ndarray, Any]:
+    """The plan input for ``image`` and how it maps back to it (None: used as is)."""
+    from spc.runtime.frames import Geometry
+    from spc.runtime.inputs import check_values, grey_image, load_input
+
+    if isinstance(image, (str, Path)):
+        path = Path(image)
+        if path.suffix.lower() == ".npy":
+            return load_input(path, shape, allow_nonfinite), None
+        grey = grey_image(path, allow_nonfinite)
+    else:
+        a = np.asarray(image.convert("L") if hasattr(image, "convert") else image)
+        if list(a.shape) == shape:
+            check_values(Path("<array>"), a, allow_nonfinite)
+            return np.ascontiguousarray(a, dtype=np.float32), None
+        if a.ndim == 3 and a.shape[2] in (3, 4):  # RGB(A): ITU-R 601 luma, as PIL's "L"
+            a = a[..., :3].astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+            a = a / 255.0 if np.asarray(image).dtype == np.uint8 else a
+        elif a.ndim == 2:
+            a = a.astype(np.float32) / 255.0 if a.dtype == np.uint8 else a.astype(np.float32)
+        else:
+            raise SpcError(f"an array of shape {list(a.shape)} is neither an image (H, W) / (H, W, 3) nor the "
+                           f"plan's input {shape}")
+        check_values(Path("<array>"), a, allow_nonfinite)
+        grey = np.ascontiguousarray(a, dtype=np.float32)
+    if len(shape) != 4 or shape[0] != 1:
+        raise SpcError(f"the plan's input is {shape}, not an image (1, C, H, W); pass an array of that shape")
+    _, c, h, w = shape
+    geometry = Geometry.of((grey.shape[1], grey.shape[0]), (w, h), resize)
+    frame = geometry.prepare(grey)
+    return np.broadcast_to(frame[None, None], (1, c, h, w)).astype(np.float32), geometry
+
+
+def load(path: str | Path, *, target: str | None = None, backend: str = "emu") -> Model:
+    """A plan file, validated as `spc run` validates it (``target``: the chip it must be for)."""
+    from spc.plan.io import read_plan
+
+    return Model(read_plan(Path(path), target or DEFAULT_TARGET), backend, Path(path))
+
+
+def compile(onnx: str | Path, output: str | Path | None = None, *, precision: str = "accurate",
+            target: str = DEFAULT_TARGET, input_shape: list[int] | None = None, dense: bool = False,
+            kernels: bool = False, overwrite: bool = False, backend: str = "emu") -> Model:
+    """Compile ``onnx`` as `spc compile` does; the plan is written to ``output`` when given (never
+    over the ONNX, an existing file only with ``overwrite``), else kept in memory only."""
+    from spc.compiler import compile_onnx
+    from spc.files import check_outputs
+    from spc.plan.io import read_plan
+    from spc.ttnn.precision import PrecisionPlan
+
+    src = Path(onnx)
+    with tempfile.TemporaryDirectory(prefix="spc-") as tmp:
+        out = Path(output) if output is not None else Path(tmp) / "plan.ttplan"
+        if output is not None:
+            check_outputs([out], [src], overwrite)
+        compile_onnx(src, out, precision=PrecisionPlan(precision), target=target, input_shape=input_shape,
+                     dense=dense, kernels=kernels)
+        return Model(read_plan(out, target), backend, out if output is not None else None)

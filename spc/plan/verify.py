@@ -1,0 +1,416 @@
+"""What a plan's parts must say about each other, checked after its schema (plan/schema.py) and
+before anything runs it, as MLIR verifies an op against its operands:
+
+* every tensor a call or host node reads is made before it (or is an input, a constant, a
+  weight); no name is made twice; the outputs, probes and fallbacks name tensors that exist;
+* every weight a call or constant names exists, in float32 with finite values where the device
+  reads it, in the shape its call declares (a conv's [out, in/groups, kh, kw]);
+* each call's declared output shape follows from its inputs' shapes and its arguments (per call
+  family: element-wise broadcast, conv and pool windows, reshape, pad, slice, concat ...), so
+  no call can be made to allocate more than the bounded shapes the schema allowed;
+* a fused kernel's composed calls are what the kernel itself composes from its parameters;
+* every tensor crossing the host/device boundary holds as many values in its shape as in its
+  device shape, in a form its shape can take;
+* the host stages type-check under the IR's own rules (``OpDef.infer``) from the declared
+  inputs (a stage reads what earlier stages made; sizes that only the run can tell, after a
+  NonZero, are left to the runtime, which checks the outputs it hands on), and every program
+  output comes out with its declared type;
+* the output roles name outputs and spell what the keypoint op understands, at its rank.
+
+Each failure is one SpcError naming the call or node and what is wrong.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from spc.errors import SpcError
+from spc.plan.calls import ELEMENTWISE
+from spc.plan.program import HostNode, Program, TensorSpec, TtOp
+from spc.plan.schema import MAX_ELEMENTS
+from spc.ttnn.configs import Conv2dConfig
+
+if TYPE_CHECKING:
+    pass
+
+DEVICE_WEIGHT_DTYPES = (np.float32,)
+_UNKNOWN = object()  # a host value whose type only the run can tell
+
+
+class _Bad(Exception):
+    pass
+
+
+def _numel(shape: list[int] | tuple[int, ...]) -> int:
+    return math.prod(int(d) for d in shape)
+
+
+def _axis(a: int, rank: int) -> int:
+    if not -rank <= a < rank:
+        raise _Bad(f"axis {a} is outside a rank-{rank} tensor")
+    return a % rank
+
+
+def _window(size: int, k: int, s: int, lo: int, hi: int, d: int = 1, ceil: bool = False) -> int:
+    span = size + lo + hi - d * (k - 1) - 1
+    if span < 0:
+        raise _Bad(f"a window of {k} (dilation {d}) does not fit {size} + {lo + hi} padding")
+    out = (-(-span // s) if ceil else span // s) + 1
+    if ceil and (out - 1) * s >= size + lo:  # the last window may not start in the padding (ONNX, torch)
+        out -= 1
+    return out
+
+
+def _expected(op: TtOp, ins: list[list[int]], weights: dict[str, np.ndarray]) -> int | None:
+    """The number of values ``op`` makes from inputs of shapes ``ins``; None where the call
+    family keeps or shrinks its input (the runtime checks those against the declared shape)."""
+    a, name = op.args, op.op
+    if name in ELEMENTWISE:
+        try:
+            return _numel(np.broadcast_shapes(*[tuple(s) for s in ins]))
+        except ValueError:
+            raise _Bad(f"inputs of shapes {ins} do not broadcast") from None
+    if name == "ttnn.conv2d":
+        n, h, w, c, o, g = (a[k] for k in ("batch_size", "input_height", "input_width", "in_channels", "out_channels",
+                                           "groups"))
+        if _numel(ins[0]) != n * h * w * c:
+            raise _Bad(f"reads {_numel(ins[0])} values, not {n}x{h}x{w}x{c}")
+        if c % g or o % g:
+            raise _Bad(f"{c} -> {o} channels in {g} groups")
+        if not isinstance(a["conv_config"], Conv2dConfig):
+            raise _Bad("conv_config is not a Conv2dConfig")
+        (kh, kw), (sh, sw), (pt, pb, pl, pr), (dh, dw) = a["kernel_size"], a["stride"], a["padding"], a["dilation"]
+        want = {"weight_tensor": (o, c // g, kh, kw)}
+        for key, tensor in op.weights.items():
+            got = weights[tensor]
+            if key == "weight_tensor" and tuple(got.shape) != want[key]:
+                raise _Bad(f"weight {tensor} is {list(got.shape)}, not {list(want[key])}")
+            if key == "bias_tensor" and got.size != o:
+                raise _Bad(f"bias {tensor} holds {got.size} values for {o} channels")
+        return n * _window(h, kh, sh, pt, pb, dh) * _window(w, kw, sw, pl, pr, dw) * o
+    if name in ("ttnn.max_pool2d", "ttnn.avg_pool2d"):
+        n, h, w, c = a["batch_size"], a["input_h"], a["input_w"], a["channels"]
+        if _numel(ins[0]) != n * h * w * c:
+            raise _Bad(f"reads {_numel(ins[0])} values, not {n}x{h}x{w}x{c}")
+        (kh, kw), (sh, sw), (ph, pw) = a["kernel_size"], a["stride"], a["padding"]
+        dh, dw = a.get("dilation", [1, 1])
+        if 2 * ph > kh or 2 * pw > kw:
+            raise _Bad(f"padding {a['padding']} is more than half the window {a['kernel_size']}")
+        return n * _window(h, kh, sh, ph, ph, dh, a["ceil_mode"]) * _window(w, kw, sw, pw, pw, dw, a["ceil_mode"]) * c
+    if name == "ttnn.reshape":
+        if _numel(ins[0]) != _numel(a["shape"]):
+            raise _Bad(f"reshapes {_numel(ins[0])} values to {a['shape']}")
+        return _numel(a["shape"])
+    if name == "ttnn.expand":
+        try:
+            return _numel(np.broadcast_shapes(tuple(ins[0]), tuple(a["output_shape"])))
+        except ValueError:
+            raise _Bad(f"{ins[0]} does not expand to {a['output_shape']}") from None
+    if name == "ttnn.repeat":
+        if len(a["repeat_dims"]) < len(ins[0]):
+            raise _Bad(f"repeat_dims {a['repeat_dims']} for a rank-{len(ins[0])} tensor")
+        return _numel(ins[0]) * _numel(a["repeat_dims"])
+    if name == "ttnn.pad":
+        if len(a["padding"]) != len(ins[0]):
+            raise _Bad(f"{len(a['padding'])} pad pairs for a rank-{len(ins[0])} tensor")
+        return _numel([d + lo + hi for d, (lo, hi) in zip(ins[0], a["padding"])])
+    if name == "ttnn.concat":
+        rank = len(ins[0])
+        axis = _axis(a["dim"], rank)
+        if any(len(s) != rank or [d for i, d in enumerate(s) if i != axis] != [d for i, d in enumerate(ins[0])
+                                                                               if i != axis] for s in ins):
+            raise _Bad(f"inputs of shapes {ins} do not concatenate on axis {a['dim']}")
+        return sum(_numel(s) for s in ins)
+    if name == "ttnn.matmul":
+        x, y = ins
+        if len(x) < 2 or len(y) < 2 or x[-1] != y[-2]:
+            raise _Bad(f"cannot multiply {x} by {y}")
+        try:
+            batch = np.broadcast_shapes(tuple(x[:-2]), tuple(y[:-2]))
+        except ValueError:
+            raise _Bad(f"batch dimensions of {x} and {y} do not broadcast") from None
+        return _numel(batch) * x[-2] * y[-1]
+    if name == "ttnn.slice":
+        rank = len(ins[0])
+        if not len(a["starts"]) == len(a["ends"]) == len(a["steps"]) == rank or 0 in a["steps"]:
+            raise _Bad(f"starts/ends/steps {a['starts']}/{a['ends']}/{a['steps']} for a rank-{rank} tensor")
+        return _numel([len(range(*slice(s, e, st).indices(d))) for d, s, e, st in
+                       zip(ins[0], a["starts"], a["ends"], a["steps"])])
+    if name == "ttnn.permute":
+        if sorted(_axis(d, len(ins[0])) for d in a["dims"]) != list(range(len(ins[0]))):
+            raise _Bad(f"{a['dims']} is not a permutation of a rank-{len(ins[0])} tensor's axes")
+        return _numel(ins[0])
+    if name == "ttnn.transpose":
+        _axis(a["dim1"], len(ins[0]))
+        _axis(a["dim2"], len(ins[0]))
+        return _numel(ins[0])
+    if name == "ttnn.softmax":
+        _axis(a["dim"], len(ins[0]))
+        return _numel(ins[0])
+    if name in ("ttnn.sum", "ttnn.mean", "ttnn.max", "ttnn.min"):
+        dims = a["dim"] if isinstance(a["dim"], list) else [a["dim"]]
+        axes = {_axis(d, len(ins[0])) for d in dims}
+        if len(axes) != len(dims):
+            raise _Bad(f"dim {dims} names an axis twice")
+        return _numel([1 if i in axes else d for i, d in enumerate(ins[0])])
+    if name == "ttnn.topk":
+        axis = _axis(a["dim"], len(ins[0]))
+        if a["k"] > ins[0][axis]:
+            raise _Bad(f"k = {a['k']} of {ins[0][axis]} values")
+        return _numel(ins[0]) // ins[0][axis] * a["k"]
+    if name == "ttnn.embedding":
+        index, table = ins
+        return _numel(index) * table[-1]
+    return None  # spc.kernel: checked against its own composition (below)
+
+
+def _kernel(op: TtOp) -> None:
+    from spc.kernels import KERNELS
+
+    kernel = KERNELS[op.args["kernel"]]
+    if len(op.inputs) != kernel.arity:
+        raise _Bad(f"kernel {kernel.name} reads {kernel.arity} tensors, not {len(op.inputs)}")
+    try:
+        want = kernel.composed(list(op.inputs), op.results, dict(op.args.get("params", {})))
+    except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError, OverflowError) as exc:
+        raise _Bad(f"kernel {kernel.name} refuses its parameters ({type(exc).__name__}: {exc})") from None
+    from spc.plan.program import encode
+
+    if encode(want) != encode(op.args["composed"]):
+        raise _Bad(f"the calls it says it replaces are not what kernel {kernel.name} composes from its parameters")
+
+
+def _layouts(program: Program) -> None:
+    """Every tensor crossing the host/device boundary holds as many values in its IR shape as in
+    its device shape, in a form that shape can take (the runtime reshapes one into the other)."""
+    for t in [*program.device_inputs, *program.device_outputs, *program.probes.values(), *program.fallback_outputs]:
+        try:
+            t.layout  # noqa: B018 (the form must fit the shape: the conv layout takes rank 2..4)
+        except ValueError as exc:
+            raise SpcError(f"device tensor {t.name}: {exc}") from None
+        if _numel(t.shape) != _numel(t.device_shape):
+            raise SpcError(f"device tensor {t.name}: its shape {list(t.shape)} and device shape "
+                           f"{list(t.device_shape)} hold different numbers of values")
+
+
+def _device(program: Program, weights: dict[str, np.ndarray]) -> dict[str, list[int]]:
+    _layouts(program)
+    shapes: dict[str, list[int]] = {t.name: list(t.device_shape) for t in program.device_inputs}
+    for c in program.constants:
+        w = _weight(weights, c.weight, f"constant {c.name}")
+        if w.size != _numel(c.device_shape):
+            raise SpcError(f"constant {c.name}: weight {c.weight} holds {w.size} values for {c.device_shape}")
+        if c.name in shapes:
+            raise SpcError(f"constant {c.name}: the name is already taken")
+        shapes[c.name] = list(c.device_shape)
+    for i, op in enumerate(program.device_ops):
+        where = f"call {i} ({op.op}, {op.block or op.source or op.output})"
+        for name in op.inputs:
+            if name not in shapes:
+                raise SpcError(f"{where} reads {name}, which nothing before it makes")
+        for name in op.results:
+            if name in shapes:
+                raise SpcError(f"{where} makes {name}, which already exists")
+        for tensor in op.weights.values():
+            _weight(weights, tensor, where)
+        try:
+            if op.op == "spc.kernel":
+                _kernel(op)
+            else:
+                want = _expected(op, [shapes[n] for n in op.inputs], weights)
+                if want is not None and want != _numel(op.shape):
+                    raise _Bad(f"declares {_numel(op.shape)} output values ({op.shape}); its inputs and arguments "
+                               f"make {want}")
+        except _Bad as exc:
+            raise SpcError(f"{where}: {exc}") from None
+        for name in op.results:
+            shapes[name] = list(op.shape)
+    for t in [*program.device_outputs, *program.probes.values(), *program.fallback_outputs]:
+        if t.name not in shapes:
+            raise SpcError(f"device output {t.name}: no call makes it")
+        if _numel(shapes[t.name]) != _numel(t.device_shape):
+            raise SpcError(f"device output {t.name}: declared {t.device_shape}, made {shapes[t.name]}")
+    return shapes
+
+
+def _weight(weights: dict[str, np.ndarray], name: str, where: str) -> np.ndarray:
+    if name not in weights:
+        raise SpcError(f"{where} names weight {name}, which the plan does not hold")
+    w = weights[name]
+    if w.dtype not in DEVICE_WEIGHT_DTYPES:
+        raise SpcError(f"{where}: weight {name} is {w.dtype}; the device reads float32 weights")
+    if not np.isfinite(w).all():
+        raise SpcError(f"{where}: weight {name} holds non-finite values")
+    return w
+
+
+def _dynamic_types(op: str, args: list[Any], attrs: dict[str, Any], fresh: Any) -> list[Any] | None:
+    """The types of a data-dependent op's results where its inputs are not constants (the IR's own
+    inference leaves them to ONNX's): the sizes that depend on the values as symbols."""
+    from spc.ir.types import DType, TensorType
+
+    x = args[0].type if args and args[0] is not None else None
+    if x is None:
+        return None
+
+    def at(axis: Any) -> tuple:
+        if axis is None:
+            return (fresh(),)
+        a = _axis(int(axis), len(x.shape))
+        return (*x.shape[:a], fresh(), *x.shape[a + 1:])
+
+    if op == "onnx.NonZero":
+        return [TensorType(DType.I64, (len(x.shape), fresh()))]
+    if op == "onnx.TopK":
+        shape = at(attrs.get("axis", -1))
+        return [TensorType(x.dtype, shape), TensorType(DType.I64, shape)]
+    if op == "onnx.Compress":
+        return [TensorType(x.dtype, at(attrs.get("axis")))]
+    if op == "onnx.Unique":
+        n = fresh()
+        return [TensorType(x.dtype, at(attrs.get("axis"))), TensorType(DType.I64, (n,)),
+                TensorType(DType.I64, (fresh(),)), TensorType(DType.I64, (n,))]
+    return None
+
+
+def _spelled_outputs(n: HostNode, stage: str) -> None:
+    """A keypoint op makes what its ``outputs`` attribute spells, one value per entry."""
+    from spc.ir.ops.keypoints import OutputSpec
+
+    spelled = n.attrs.get("outputs")
+    if spelled is None:
+        return
+    if not isinstance(spelled, list) or len(spelled) != len(n.outputs) or not all(isinstance(w, str) for w in spelled):
+        raise SpcError(f"{stage} node {n.name} ({n.op}): its outputs attribute spells {str(spelled)[:80]} for "
+                       f"{len(n.outputs)} outputs")
+    for words in spelled:
+        try:
+            OutputSpec.parse(words)
+        except ValueError as exc:
+            raise SpcError(f"{stage} node {n.name} ({n.op}): {exc}") from None
+
+
+def _host(nodes: list[HostNode], known: dict[str, Any], weights: dict[str, np.ndarray],
+          outputs: list[TensorSpec], stage: str) -> dict[str, Any]:
+    """Type-check a host stage with the IR's rules, starting from ``known`` (name -> Value); the
+    values it knows after the stage. A value whose type depends on values known only at run time
+    (an Expand to the shape of a NonZero's result) is left to the runtime, and so is what reads it."""
+    from spc.ir import ops
+    from spc.ir.graph import Graph
+
+    g = Graph("host")
+    env = dict(known)
+    declared = {t.name: t for t in outputs}
+    symbols = itertools.count()
+    for n in nodes:
+        args = []
+        for name in n.inputs:
+            if name is None:
+                args.append(None)
+            elif name in env:
+                args.append(env[name])
+            elif name in weights:
+                env[name] = g.add_const(name, np.asarray(weights[name]))
+                args.append(env[name])
+            else:
+                raise SpcError(f"{stage} node {n.name} ({n.op}) reads {name}, which nothing makes")
+        op = ops.get(n.op)
+        lo, hi = op.arity
+        if not lo <= len(args) <= hi:
+            raise SpcError(f"{stage} node {n.name} ({n.op}) takes {lo}..{hi} inputs, not {len(args)}")
+        if any(a is _UNKNOWN for a in args):
+            env.update(dict.fromkeys(n.outputs, _UNKNOWN))
+            continue
+        out_types = None
+        if op.infer is None:  # ops whose types their producer gives: the program's declared outputs
+            if not all(o in declared for o in n.outputs):
+                raise SpcError(f"{stage} node {n.name} ({n.op}): its outputs must be the program's")
+            _spelled_outputs(n, stage)
+            out_types = [_spec_type(declared[o]) for o in n.outputs]
+        try:
+            if out_types is None:
+                out_types = op.infer(args, n.attrs)
+                if out_types is None and op.data_dependent:
+                    out_types = _dynamic_types(n.op, args, n.attrs, lambda: f"v{len(env)}_{next(symbols)}")
+                if out_types is None:  # sizes that depend on run-time values
+                    env.update(dict.fromkeys(n.outputs, _UNKNOWN))
+                    continue
+            node = g.make_node(op, args, n.attrs, out_types=out_types, name="n")
+        except SpcError as exc:
+            raise SpcError(f"{stage} node {n.name} ({n.op}): {exc}") from None
+        except Exception as exc:  # the op's own type rules refuse it; the message says how
+            raise SpcError(f"{stage} node {n.name} ({n.op}) does not type-check: {type(exc).__name__}: "
+                           f"{str(exc)[:200]}") from None
+        if len(node.outputs) != len(n.outputs):
+            raise SpcError(f"{stage} node {n.name} ({n.op}) makes {len(node.outputs)} values, not {len(n.outputs)}")
+        for name, v in zip(n.outputs, node.outputs):
+            static = [d for d in v.type.shape if isinstance(d, int)]
+            if _numel(static) > MAX_ELEMENTS:
+                raise SpcError(f"{stage} node {n.name} ({n.op}) makes {v.type}: more than {MAX_ELEMENTS} values")
+            env[name] = v
+    for t in outputs:
+        v = env.get(t.name)
+        if v is None:
+            raise SpcError(f"output {t.name}: the {stage} stage does not make it")
+        if v is _UNKNOWN:  # the runtime checks it against its declaration (runtime/runner.py)
+            continue
+        if v.type.dtype.value != t.dtype or len(v.type.shape) != len(t.shape) or any(
+                isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(v.type.shape, t.shape)):
+            raise SpcError(f"output {t.name}: made as {v.type}, declared {t.dtype}{t.shape}")
+    return env
+
+
+def _spec_type(t: Any):
+    from spc.ir.types import DType, TensorType
+
+    return TensorType(DType(t.dtype), tuple(t.shape))
+
+
+def _roles(program: Program) -> None:
+    """The output roles name outputs, spell keypoint outputs the keypoint op understands, with the
+    rank that spelling implies, and give dense maps a plausible cell."""
+    from spc.ir.ops.keypoints import ROLES, OutputSpec
+
+    outputs = {t.name: t for t in program.outputs}
+    for name, role in program.roles.items():
+        if name not in outputs:
+            raise SpcError(f"output role of {name}: the program has no such output")
+        kind = role.get("role")
+        if "cell" in role and not (type(role["cell"]) is int and 1 <= role["cell"] <= 64):
+            raise SpcError(f"output role of {name}: cell {str(role['cell'])[:20]} is not a size from 1 to 64")
+        if kind not in ROLES:
+            continue
+        text = role.get("spec")
+        try:
+            spec = OutputSpec.parse(text) if isinstance(text, str) else None
+        except ValueError as exc:
+            raise SpcError(f"output role of {name}: {exc}") from None
+        if spec is None or spec.role != kind:
+            raise SpcError(f"output role of {name}: {kind} with the spelling {str(text)[:40]!r}")
+        rank = (2 if kind in ("keypoints", "descriptors") else 1) + spec.batch
+        shape = outputs[name].shape
+        if len(shape) != rank or (kind == "keypoints" and isinstance(shape[-1], int) and shape[-1] != 2):
+            raise SpcError(f"output role of {name}: {kind} ({spec.spell()}) cannot be a value of shape {list(shape)}")
+
+
+def verify_plan(program: Program, weights: dict[str, np.ndarray]) -> None:
+    """Refuse a plan whose parts disagree (module docstring); silent when it holds."""
+    from spc.ir.graph import Graph
+
+    _roles(program)
+    _device(program, weights)
+    g = Graph("inputs")
+    known = {t.name: g.add_input(t.name, _spec_type(t)) for t in program.inputs}
+    # the host-pre stage makes the device inputs; the device outputs enter the host-post stage
+    pre_outputs = [TensorSpec(t.name, t.dtype, list(t.shape)) for t in program.device_inputs]
+    # the runtime keeps every value of the frame: a later stage may read what an earlier one made
+    pre = _host(program.host_pre, known, weights, pre_outputs, "host-pre")
+    device = {t.name: g.add_input(t.name, _spec_type(t)) for t in [*program.device_outputs, *program.probes.values()]}
+    _host(program.host_post, {**pre, **device}, weights, program.outputs, "host-post")
+    if program.fallback_outputs or program.fallback_post:
+        fallback = {t.name: g.add_input(t.name, _spec_type(t)) for t in program.fallback_outputs}
+        _host(program.fallback_post, {**pre, **device, **fallback}, weights, program.outputs, "fallback")

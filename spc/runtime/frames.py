@@ -1,0 +1,287 @@
+"""`spc run`'s inputs as a stream of frames: every input checked from its header first, its pixels
+decoded only when its frame is next, at most :data:`PREFETCH` frames ahead.
+
+An input is a ``.npy`` (one frame, used as is), an image (one frame: its first, for an animation)
+or a video (one frame per video frame, decoded by ffmpeg through imageio). :func:`probe` reads
+what every input is from its header (an image's size, a video's size and frame count, a ``.npy``'s
+shape, dtype and values), so that a bad input fails before anything is written; :func:`frames`
+then decodes them one after the other, and :func:`prefetched` runs that on a thread a bounded
+number of frames ahead of the device, so memory stays flat over a folder or a video of any length.
+
+Geometry: how an image became the plan's frame and how a point goes back (:class:`Geometry`).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Generator, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+
+from spc.errors import SpcError
+from spc.runtime.inputs import (
+    MAX_IMAGE_PIXELS,
+    check_file,
+    check_values,
+    first_line,
+    grey_image,
+    image_size,
+    load_input,
+    read_npy,
+    resize,
+)
+
+VIDEO_SUFFIXES = {".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".wmv", ".flv"}
+RESIZE_MODES = ("stretch", "fit")
+
+# Frames decoded ahead of the one the device runs. At most PREFETCH + 2 frames are held at once:
+# PREFETCH waiting, one being decoded, one running.
+PREFETCH = 2
+
+_VIDEO_EXTRA = "videos need imageio and imageio-ffmpeg: pip install 'spc[full]'"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """How an image of ``original`` = (W0, H0) pixels became the plan's ``frame`` = (W, H), and how a
+    point of the frame maps back to the image.
+
+    Convention (hloc's, COLMAP's, kornia's and PIL's own resize): a pixel's centre has integer
+    coordinates, (0, 0) being the centre of the top-left pixel, so an image of W0 x H0 pixels
+    spans [-0.5, W0 - 0.5] x [-0.5, H0 - 0.5]. The image fills ``content`` = (w, h) pixels of the
+    frame from its top-left corner, and a point (x, y) of the frame is, in the image,
+
+        x0 = (x + 0.5) * W0 / w - 0.5,    y0 = (y + 0.5) * H0 / h - 0.5
+
+    (hloc's ``(kp + 0.5) * scale - 0.5`` with ``scale = original / resized``).
+
+    * ``stretch``: (w, h) = (W, H): the whole frame, the aspect ratio changed unless W0 / H0 = W / H;
+    * ``fit``: s = min(W / W0, H / H0), (w, h) = (round(W0 s), round(H0 s)): the aspect ratio kept,
+      the rest of the frame (columns from w on the right, or rows from h at the bottom) zeros, and
+      a point there (x > w - 0.5 or y > h - 0.5) lies outside the image: :meth:`to_original`
+      drops it.
+    """
+
+    original: tuple[int, int]
+    frame: tuple[int, int]
+    content: tuple[int, int]
+    mode: str
+
+    @staticmethod
+    def fitted(original: tuple[int, int], frame: tuple[int, int]) -> tuple[int, int]:
+        """The size an image of ``original`` takes in ``frame`` with its aspect ratio kept."""
+        (w0, h0), (w, h) = original, frame
+        s = min(w / w0, h / h0)
+        return min(w, max(1, round(w0 * s))), min(h, max(1, round(h0 * s)))
+
+    @staticmethod
+    def of(original: tuple[int, int], frame: tuple[int, int], mode: str) -> Geometry:
+        if mode not in RESIZE_MODES:
+            raise SpcError(f"--resize {mode!r}: expected one of {', '.join(RESIZE_MODES)}")
+        content = frame if mode == "stretch" else Geometry.fitted(original, frame)
+        return Geometry(tuple(original), tuple(frame), tuple(content), mode)  # type: ignore[arg-type]
+
+    @property
+    def resized(self) -> bool:
+        return self.original != self.content
+
+    @property
+    def aspect_changed(self) -> bool:
+        """Stretching changes the image's aspect ratio (fitting it would leave part of the frame empty)."""
+        return self.mode == "stretch" and Geometry.fitted(self.original, self.frame) != self.frame
+
+    @property
+    def scale(self) -> np.ndarray:
+        """(W0 / w, H0 / h): image pixels per frame pixel, along x and y."""
+        return (np.array(self.original, np.float64) / np.array(self.content, np.float64)).astype(np.float32)
+
+    def prepare(self, grey: np.ndarray) -> np.ndarray:
+        """The (H, W) frame of the (H0, W0) grey image: resized (bilinear), and for ``fit`` padded
+        with zeros at the right or the bottom."""
+        (w, h), (cw, ch) = self.frame, self.content
+        if (cw, ch) == (w, h):
+            return resize(grey, h, w)
+        out = np.zeros((h, w), np.float32)
+        out[:ch, :cw] = resize(grey, ch, cw)
+        return out
+
+    def to_original(self, xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Frame points (N, 2) as (x, y) -> the same points in the original image's pixels
+        (float32), and which of them lie in the image (a bool mask: under ``fit``, points in the
+        padding are outside)."""
+        xy = np.asarray(xy, np.float32).reshape(-1, 2)
+        cw, ch = self.content
+        keep = (xy[:, 0] < cw - 0.5) & (xy[:, 1] < ch - 0.5)
+        scale = self.scale
+        if np.all(scale == 1):
+            return xy.copy(), keep
+        return ((xy + np.float32(0.5)) * scale[None] - np.float32(0.5)).astype(np.float32), keep
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input as its header describes it."""
+
+    path: Path
+    kind: str  # "npy" | "image" | "video"
+    size: tuple[int, int] | None  # (width, height) of the image or the video's frames; None: a .npy
+    frames: int = 1  # a video's frame count
+
+
+@dataclass
+class Frame:
+    """One frame, ready to run."""
+
+    source: Source
+    index: int | None  # a video's frame number, from 1; None for an image or a .npy
+    x: np.ndarray  # the plan input
+    geometry: Geometry | None  # None: a .npy, used as is
+    original: np.ndarray | None = None  # the grey image at its own size (kept for --viz)
+
+
+def _image_input(shape: list[int], path: Path) -> tuple[int, int, int]:
+    """(C, H, W) of an image plan input; a plan whose input is no (1, C, H, W) takes .npy only."""
+    if len(shape) != 4 or shape[0] != 1:
+        raise SpcError(f"{path}: the plan's input is {shape}, not an image (1, C, H, W); give a .npy of that shape")
+    return shape[1], shape[2], shape[3]
+
+
+def _imageio(path: Path):
+    try:
+        import imageio.v3 as iio
+        import imageio_ffmpeg
+    except ModuleNotFoundError:
+        raise SpcError(f"{path}: {_VIDEO_EXTRA}") from None
+    return iio, imageio_ffmpeg
+
+
+def probe_video(path: Path) -> Source:
+    """A video's frame size and frame count, from ffmpeg (the count from its packets, no decoding)."""
+    if check_file(path) == 0:
+        raise SpcError(f"{path}: empty file, not a video")
+    iio, imageio_ffmpeg = _imageio(path)
+    try:
+        meta = iio.immeta(path, plugin="FFMPEG")
+        w, h = (int(v) for v in meta["size"])
+        count = int(imageio_ffmpeg.count_frames_and_secs(str(path))[0])
+    except SpcError:
+        raise
+    except Exception as exc:  # ffmpeg's answer on a file it cannot read: any error
+        detail = first_line(exc)
+        raise SpcError(f"{path}: not a readable video ({type(exc).__name__}{': ' + detail if detail else ''})"
+                       ) from None
+    if w * h > MAX_IMAGE_PIXELS:
+        raise SpcError(f"{path}: video frames are larger than spc's cap of {MAX_IMAGE_PIXELS >> 20} megapixels "
+                       f"({w} x {h}); downscale it first")
+    if w <= 0 or h <= 0 or count <= 0:
+        raise SpcError(f"{path}: video has no frames")
+    return Source(path, "video", (w, h), count)
+
+
+def probe(path: Path, shape: list[int], allow_nonfinite: bool = False) -> Source:
+    """What ``path`` is, checked as far as can be without decoding pixels: a .npy completely (shape,
+    dtype and values: it costs one read), an image from its header, a video from ffmpeg's."""
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        check_values(path, read_npy(path, shape), allow_nonfinite)
+        return Source(path, "npy", None)
+    if suffix == ".npz":
+        raise SpcError(f"{path}: an .npz holds several arrays; give the input as a .npy of shape {shape}")
+    _image_input(shape, path)
+    if suffix in VIDEO_SUFFIXES:
+        return probe_video(path)
+    return Source(path, "image", image_size(path))
+
+
+def _grey_rgb(rgb: np.ndarray) -> np.ndarray:
+    """A video frame (H, W, 3) uint8 -> grey in [0, 1], as an RGB image file becomes grey."""
+    from PIL import Image
+
+    return np.asarray(Image.fromarray(np.ascontiguousarray(rgb[..., :3])).convert("L"), np.float32) / 255.0
+
+
+def _video_frames(source: Source) -> Iterator[np.ndarray]:
+    iio, _ = _imageio(source.path)
+    got = 0
+    try:
+        for rgb in iio.imiter(source.path, plugin="FFMPEG"):
+            got += 1
+            yield _grey_rgb(rgb)
+            if got == source.frames:
+                return
+    except SpcError:
+        raise
+    except Exception as exc:
+        detail = first_line(exc)
+        raise SpcError(f"{source.path}: frame {got + 1} is not readable ({type(exc).__name__}"
+                       f"{': ' + detail if detail else ''})") from None
+    if got < source.frames:
+        raise SpcError(f"{source.path}: the video ended after {got} of the {source.frames} frames ffmpeg counted")
+
+
+def frames(sources: Iterable[Source], shape: list[int], mode: str = "stretch", keep_original: bool = False,
+           allow_nonfinite: bool = False) -> Iterator[Frame]:
+    """Every source's frames, decoded in order, one at a time."""
+    for s in sources:
+        if s.kind == "npy":
+            x = load_input(s.path, shape, allow_nonfinite)
+            plane = x.reshape(-1, *x.shape[-2:])[0] if keep_original and x.ndim >= 2 else None
+            yield Frame(s, None, x, None, plane)
+            continue
+        c, h, w = _image_input(shape, s.path)
+        greys = _video_frames(s) if s.kind == "video" else iter([grey_image(s.path, allow_nonfinite)])
+        for i, grey in enumerate(greys, 1):
+            g = Geometry.of((grey.shape[1], grey.shape[0]), (w, h), mode)
+            x = np.broadcast_to(g.prepare(grey)[None, None], (1, c, h, w)).astype(np.float32)
+            yield Frame(s, i if s.kind == "video" else None, x, g, grey if keep_original else None)
+
+
+def prefetched(items: Iterator[T], depth: int = PREFETCH) -> Generator[T, None, None]:
+    """``items``, made on a thread at most ``depth`` ahead of the consumer (decoding overlaps the
+    run; PIL and ffmpeg release the GIL). An error making an item is raised where the consumer
+    would have received it; a consumer that stops early stops the thread."""
+    q: queue.Queue = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+    end = object()
+
+    def put(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for item in items:
+                if not put((True, item)):
+                    return
+            put((True, end))
+        except BaseException as exc:
+            put((False, exc))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=work, name="spc-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            ok, item = q.get()
+            if not ok:
+                raise item
+            if item is end:
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
