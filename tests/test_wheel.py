@@ -167,3 +167,32 @@ def test_wheel_runs_on_the_mock_p150(main_venv: Path, ttnn_venv: Path, wheel_pla
     # the stand-in compiler installed from the wheel
     stamp = json.loads((ttnn_venv.parent.parent / "mock" / "ready.json").read_text())
     assert str(purelib(ttnn_venv).resolve() / "spc" / "runtime" / "ttnn_mock" / "fake_riscv_gxx.py") in stamp["compiler"]
+
+
+def test_a_new_user_follows_the_readme(main_venv: Path, images: dict[str, Path], work: Path) -> None:
+    """The README's first commands, as written (the export made small with its documented
+    --height/--width), then the h5 output, inspect and the Python API, from the wheel alone."""
+    import shutil
+
+    import h5py
+
+    folder = work / "user"
+    folder.mkdir()
+    shutil.copy(images["camera"], folder / "img.jpg")
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("```\n", 2)[1]
+    commands = [line.split("#")[0].split() for line in block.splitlines() if line.startswith("spc ")]
+    assert [c[1] for c in commands] == ["export", "compile", "run", "check"]
+    commands[0] += ["--height", "120", "--width", "160"]
+    commands += [["spc", "run", "sp.ttplan", "img.jpg", "--format", "h5", "-o", "features.h5"],
+                 ["spc", "inspect", "sp.ttplan"]]
+    bin_dir = main_venv.parent
+    for command in commands:
+        done = sh(bin_dir / "spc", *command[1:], cwd=folder, env=clean_env())
+        assert done.returncode == 0, f"{' '.join(command)}: {done.stderr}"
+    with h5py.File(folder / "features.h5", "r") as h5:
+        group = h5["img.jpg"]
+        assert group["keypoints"].shape[1] == 2 and tuple(group["image_size"][()]) == (512, 512)
+    code = "import spc; f = spc.load('sp.ttplan').run('img.jpg'); print(f.image_size, f.keypoints.shape[1])"
+    done = sh(main_venv, "-c", code, cwd=folder, env=clean_env())
+    assert done.returncode == 0 and done.stdout.strip() == "(512, 512) 2", done.stderr
