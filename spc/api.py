@@ -89,36 +89,29 @@ class Model:
 
 
 def _frame(image: Any, shape: list[int], resize: str, allow_nonfinite: bool) -> tuple[np.ndarray, Any]:
-    """The plan input for ``image`` and how it maps back to it (None: used as is)."""
-    from spc.runtime.frames import Geometry
-    from spc.runtime.inputs import check_values, grey_image, load_input
+    """The plan input for ``image`` and how it maps back to it (None: used as is): a file goes
+    through `spc run`'s own reading (its header checked first; a video gives its first frame)."""
+    from spc.runtime.frames import frames, image_frame, probe
+    from spc.runtime.inputs import check_values
 
     if isinstance(image, (str, Path)):
-        path = Path(image)
-        if path.suffix.lower() == ".npy":
-            return load_input(path, shape, allow_nonfinite), None
-        grey = grey_image(path, allow_nonfinite)
-    else:
-        a = np.asarray(image.convert("L") if hasattr(image, "convert") else image)
-        if list(a.shape) == shape:
-            check_values(Path("<array>"), a, allow_nonfinite)
-            return np.ascontiguousarray(a, dtype=np.float32), None
-        if a.ndim == 3 and a.shape[2] in (3, 4):  # RGB(A): ITU-R 601 luma, as PIL's "L"
-            a = a[..., :3].astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
-            a = a / 255.0 if np.asarray(image).dtype == np.uint8 else a
-        elif a.ndim == 2:
-            a = a.astype(np.float32) / 255.0 if a.dtype == np.uint8 else a.astype(np.float32)
-        else:
-            raise SpcError(f"an array of shape {list(a.shape)} is neither an image (H, W) / (H, W, 3) nor the "
-                           f"plan's input {shape}")
+        frame = next(frames([probe(Path(image), shape, allow_nonfinite)], shape, resize,
+                            allow_nonfinite=allow_nonfinite))
+        return frame.x, frame.geometry
+    a = np.asarray(image.convert("L") if hasattr(image, "convert") else image)
+    if list(a.shape) == shape:
         check_values(Path("<array>"), a, allow_nonfinite)
-        grey = np.ascontiguousarray(a, dtype=np.float32)
-    if len(shape) != 4 or shape[0] != 1:
-        raise SpcError(f"the plan's input is {shape}, not an image (1, C, H, W); pass an array of that shape")
-    _, c, h, w = shape
-    geometry = Geometry.of((grey.shape[1], grey.shape[0]), (w, h), resize)
-    frame = geometry.prepare(grey)
-    return np.broadcast_to(frame[None, None], (1, c, h, w)).astype(np.float32), geometry
+        return np.ascontiguousarray(a, dtype=np.float32), None
+    if a.ndim == 3 and a.shape[2] in (3, 4):  # RGB(A): ITU-R 601 luma, as PIL's "L"
+        a = a[..., :3].astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+        a = a / 255.0 if np.asarray(image).dtype == np.uint8 else a
+    elif a.ndim == 2:
+        a = a.astype(np.float32) / 255.0 if a.dtype == np.uint8 else a.astype(np.float32)
+    else:
+        raise SpcError(f"an array of shape {list(a.shape)} is neither an image (H, W) / (H, W, 3) nor the "
+                       f"plan's input {shape}")
+    check_values(Path("<array>"), a, allow_nonfinite)
+    return image_frame(np.ascontiguousarray(a, dtype=np.float32), shape, resize, "<array>")
 
 
 def load(path: str | Path, *, target: str | None = None, backend: str = "emu") -> Model:

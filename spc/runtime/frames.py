@@ -234,12 +234,19 @@ def frames(sources: Iterable[Source], shape: list[int], mode: str = "stretch", k
             plane = x.reshape(-1, *x.shape[-2:])[0] if keep_original and x.ndim >= 2 else None
             yield Frame(s, None, x, None, plane)
             continue
-        c, h, w = _image_input(shape, s.path)
+        _image_input(shape, s.path)
         greys = _video_frames(s) if s.kind == "video" else iter([grey_image(s.path, allow_nonfinite)])
         for i, grey in enumerate(greys, 1):
-            g = Geometry.of((grey.shape[1], grey.shape[0]), (w, h), mode)
-            x = np.broadcast_to(g.prepare(grey)[None, None], (1, c, h, w)).astype(np.float32)
+            x, g = image_frame(grey, shape, mode, s.path)
             yield Frame(s, i if s.kind == "video" else None, x, g, grey if keep_original else None)
+
+
+def image_frame(grey: np.ndarray, shape: list[int], mode: str, where: Path | str) -> tuple[np.ndarray, Geometry]:
+    """The plan input for a grey (H0, W0) image (resized by ``mode``, repeated over the channels)
+    and how its points map back; ``where`` names the image in errors."""
+    c, h, w = _image_input(shape, Path(where))
+    g = Geometry.of((grey.shape[1], grey.shape[0]), (w, h), mode)
+    return np.broadcast_to(g.prepare(grey)[None, None], (1, c, h, w)).astype(np.float32), g
 
 
 def prefetched(items: Iterator[T], depth: int = PREFETCH) -> Generator[T, None, None]:
