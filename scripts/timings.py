@@ -1,12 +1,20 @@
-"""Side-by-side timings, one run: spc vs onnxruntime on the same ONNX, on this CPU.
+"""`make bench`: spc beside its yardsticks on this CPU, side by side, in one run.
 
-    make bench                                 # 480x640
-    .venv/bin/python scripts/timings.py --height 240 --width 320 --frames 10
+    make bench                                              # 480x640, every figure
+    .venv/bin/python scripts/timings.py --quick             # without --precision auto and the suite
+    .venv/bin/python scripts/timings.py --height 240 --width 320
 
-Prints compile time next to onnxruntime's session build (with graph optimisation and saving
-the optimised model), the emulated device frame next to an onnxruntime frame, and the host
-stages. The emu backend is a numerics model, not a speed model: its time says nothing about
-the device; it is here so regressions in the runtime's own overhead show.
+Each row is a figure of issue 14 beside its reference and the ratio:
+
+* `spc compile` as a fresh process against onnxruntime's ahead-of-time step as a fresh process
+  (a session with ORT_ENABLE_ALL that saves the optimised model), run in turn, A B A B ...; the
+  ratio is the median of the pairs' ratios. Bytecode is compiled first, as a wheel install does.
+* the in-process passes (warm) against their 100 ms budget;
+* the `emu` frame of each precision preset against an onnxruntime fp32 frame (goals: accurate
+  1.0x, the others 1.5x), and the host post-processing against its 2 ms budget;
+* `spc compile --precision auto` against its 60 s budget, and the test suite against 4 minutes.
+
+The emulator models the device's numerics, not its speed: its time says nothing about the device.
 """
 
 from __future__ import annotations
@@ -15,18 +23,54 @@ import argparse
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+ORT_AOT = """
+import sys, tempfile
+import onnxruntime as ort
+o = ort.SessionOptions()
+o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+o.optimized_model_filepath = tempfile.mkdtemp() + "/optimised.onnx"
+o.log_severity_level = 3
+ort.InferenceSession(sys.argv[1], o, providers=["CPUExecutionProvider"])
+"""
 
-def timed(fn, repeat: int) -> tuple[float, object]:
-    times, result = [], None
+
+def median_time(fn, repeat: int) -> float:
+    times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        result = fn()
+        fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times), result
+    return statistics.median(times)
+
+
+def wall(cmd: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def paired(a: list[str], b: list[str], runs: int) -> tuple[float, float, float]:
+    """Medians of A and B and the median of the pairs' A/B, run in turn after one warm-up each."""
+    wall(a), wall(b)
+    pairs = [(wall(a), wall(b)) for _ in range(runs)]
+    return (statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs),
+            statistics.median(p[0] / p[1] for p in pairs))
+
+
+class Table:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, float, str, float, str]] = []
+
+    def add(self, name: str, ours_s: float, ref_name: str, ref_s: float, goal: str = "") -> None:
+        self.rows.append((name, ours_s, ref_name, ref_s, goal))
+
+    def print(self) -> None:
+        print(f"{'spc':<44}{'ms':>10}   {'reference':<40}{'ms':>10}   {'ratio':>7}  goal")
+        for name, ours, ref_name, ref, goal in self.rows:
+            print(f"{name:<44}{ours * 1e3:>10.1f}   {ref_name:<40}{ref * 1e3:>10.1f}   {ours / ref:>6.2f}x  {goal}")
 
 
 def main() -> int:
@@ -34,6 +78,8 @@ def main() -> int:
     ap.add_argument("--height", type=int, default=480)
     ap.add_argument("--width", type=int, default=640)
     ap.add_argument("--frames", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=7, help="pairs of fresh compile / onnxruntime processes")
+    ap.add_argument("--quick", action="store_true", help="skip --precision auto and the test suite")
     ap.add_argument("--work", type=Path, default=Path("bench-out"))
     args = ap.parse_args()
 
@@ -45,78 +91,75 @@ def main() -> int:
     from spc.plan.io import read_plan
     from spc.runtime.inputs import load_input
     from spc.runtime.runner import Runner
-
-    src = exported(args.work, args.height, args.width)
-    plan_path = src.with_suffix(".ttplan")
-
-    compile_onnx(src, plan_path)  # warm: the in-process row is the steady state, the command row is cold
-    compile_s, _ = timed(lambda: compile_onnx(src, plan_path), 3)
-    cli_t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "spc.cli", "compile", str(src), "-o", str(plan_path)], check=True,
-                   capture_output=True)
-    cli_s = time.perf_counter() - cli_t0
-
-    def build_ort() -> ort.InferenceSession:
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.optimized_model_filepath = str(Path(tempfile.mkdtemp()) / "opt.onnx")
-        return ort.InferenceSession(str(src), opts, providers=["CPUExecutionProvider"])
-
-    ort_build_s, session = timed(build_ort, 3)
-
-    (image,) = evaluation_images(args.work, ("astronaut",))
-    x = load_input(image, [1, 3, args.height, args.width])
-    plan = read_plan(plan_path)
-    torch_t0 = time.perf_counter()
-    import torch  # noqa: F401  (the emu backend's one heavy import, timed on its own)
-
-    torch_s = time.perf_counter() - torch_t0
-    prep_t0 = time.perf_counter()
-    runner = Runner(plan)
-    prepare_s = time.perf_counter() - prep_t0
-    runner.run(x)  # warm-up
-    session.run(None, {"pixel_values": x})
-    runs = [runner.run(x) for _ in range(args.frames)]
-    emu_frame = statistics.median(sum(r.seconds.values()) for r in runs)
-    device = statistics.median(r.seconds["device"] for r in runs)
-    host_pre = statistics.median(r.seconds["host_pre"] for r in runs)
-    host_post = statistics.median(r.seconds["host_post"] for r in runs)
-    ort_frame, _ = timed(lambda: session.run(None, {"pixel_values": x}), args.frames)
-    runner.close()
-
-    # every precision preset's emulation, against the plain bf16 emulation (issue: <= 3x)
     from spc.ttnn.precision import PRESETS, PrecisionPlan
 
-    plain = PrecisionPlan("accurate").with_rule("*", math_fidelity="HiFi4", packer_l1_acc=True)
-    preset_rows = []
-    for name in ["plain bf16 (HiFi4, fp32 acc)", *PRESETS]:
-        plan = plain if name.startswith("plain") else PrecisionPlan(name)
-        path = args.work / "bench_preset.ttplan"
-        compile_onnx(src, path, precision=plan)
-        with Runner(read_plan(path)) as r:
-            r.run(x)
-            t, _ = timed(lambda r=r: r.run(x), max(2, args.frames // 2))
-        preset_rows.append((name, t))
+    src = exported(args.work, args.height, args.width)
+    plan_path = args.work / f"bench_{args.height}x{args.width}.ttplan"
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(__file__).parents[1] / "spc")],
+                   check=True, capture_output=True)
+    table = Table()
 
-    rows = [
-        ("compile (in process)", compile_s, "ORT session build + optimise + save", ort_build_s),
-        ("`spc compile` command, wall", cli_s, "ORT session build + optimise + save", ort_build_s),
-        ("emu frame (host + emulated device)", emu_frame, "ORT frame (fp32, CPU)", ort_frame),
-        ("  of which emulated device stage", device, "ORT frame (fp32, CPU)", ort_frame),
-        ("  of which host pre-processing", host_pre, "ORT frame (fp32, CPU)", ort_frame),
-        ("  of which host post-processing", host_post, "ORT frame (fp32, CPU)", ort_frame),
-        ("emu prepare (weights, binding; once)", prepare_s, "ORT session build + optimise + save", ort_build_s),
-        ("import torch (emu backend only)", torch_s, "ORT session build + optimise + save", ort_build_s),
-    ]
-    print(f"spc vs onnxruntime, {args.height}x{args.width}, {args.frames} frames (median), "
-          f"{np.__name__} {np.__version__}, onnxruntime {ort.__version__}")
-    print(f"{'spc':<40}{'ms':>10}   {'onnxruntime':<38}{'ms':>10}   {'ratio':>7}")
-    for name, ours, ref_name, ref in rows:
-        print(f"{name:<40}{ours * 1e3:>10.1f}   {ref_name:<38}{ref * 1e3:>10.1f}   {ours / ref:>6.2f}x")
-    base = preset_rows[0][1]
-    print(f"\n{'emu frame by precision preset':<40}{'ms':>10}   {'vs plain bf16':>13}")
-    for name, t in preset_rows:
-        print(f"{name:<40}{t * 1e3:>10.1f}   {t / base:>12.2f}x")
+    # 1. the compile command, fresh processes, against onnxruntime's ahead-of-time step
+    spc_cmd = [sys.executable, "-m", "spc.cli", "compile", str(src), "-o", str(plan_path), "--overwrite"]
+    ort_cmd = [sys.executable, "-c", ORT_AOT, str(src)]
+    ours, ref, ratio = paired(spc_cmd, ort_cmd, args.runs)
+    table.add("`spc compile` command (fresh process)", ours, "onnxruntime AOT (fresh process)", ref, "<= 2x")
+    print(f"compile command: median of {args.runs} pairs' ratios {ratio:.2f}x")
+
+    # 2. the passes in process (warm: the import and the first call's costs are the row above)
+    records: list = []
+    warm = args.work / "bench_warm.ttplan"
+
+    def compile_once() -> None:
+        warm.unlink(missing_ok=True)
+        records[:] = compile_onnx(src, warm).records
+
+    compile_once()
+    compile_s = median_time(compile_once, 3)
+    passes = [(r.name, r.seconds) for r in records]
+    pass_s = sum(s for _, s in passes)
+    table.add("passes in process (warm)", pass_s, "budget", 0.100, "<= 1x")
+    table.add("  compile_onnx in process (import to plan)", compile_s, "onnxruntime AOT (fresh process)", ref, "")
+
+    # 3. the emulator per preset against onnxruntime fp32, and the host stages
+    (image,) = evaluation_images(args.work, ("astronaut",))
+    x = load_input(image, [1, 3, args.height, args.width])
+    session = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    feed = {session.get_inputs()[0].name: x}
+    session.run(None, feed)
+    ort_frame = median_time(lambda: session.run(None, feed), args.frames)
+    host_post = []
+    for preset in PRESETS:
+        path = args.work / f"bench_{preset}.ttplan"
+        path.unlink(missing_ok=True)
+        compile_onnx(src, path, precision=PrecisionPlan(preset))
+        with Runner(read_plan(path)) as runner:
+            runner.run(x)
+            runs = [runner.run(x) for _ in range(args.frames)]
+        frame = statistics.median(sum(v for k, v in r.seconds.items() if "." not in k) for r in runs)
+        host_post.append(statistics.median(r.seconds["host_post"] for r in runs))
+        table.add(f"emu frame, {preset}", frame, "onnxruntime fp32 frame", ort_frame,
+                  "<= 1x" if preset == "accurate" else "<= 1.5x")
+    table.add("  host post-processing per frame", statistics.median(host_post), "budget", 0.002, "<= 1x")
+
+    # 4. the precision search and the suite, as commands
+    if not args.quick:
+        auto = args.work / "bench_auto.ttplan"
+        auto_s = wall([sys.executable, "-m", "spc.cli", "compile", str(src), "-o", str(auto), "--overwrite",
+                       "--precision", "auto"])
+        table.add("`spc compile --precision auto`", auto_s, "budget", 60.0, "<= 1x")
+        t0 = time.perf_counter()
+        suite = subprocess.run([sys.executable, "-m", "pytest", "-q"], cwd=Path(__file__).parents[1],
+                               capture_output=True, text=True)
+        suite_s = time.perf_counter() - t0
+        last = (suite.stdout.strip().splitlines() or ["?"])[-1]
+        table.add(f"test suite ({last.strip('= ')})", suite_s, "budget", 240.0, "<= 1x")
+
+    print(f"\nspc vs references, {args.height}x{args.width}; {args.frames} frames (median); numpy {np.__version__}, "
+          f"onnxruntime {ort.__version__}")
+    table.print()
+    print("\nslowest passes (in process): " + ", ".join(f"{n} {s * 1e3:.1f} ms" for n, s in
+                                                        sorted(passes, key=lambda p: -p[1])[:4]))
     return 0
 
 

@@ -247,23 +247,26 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
                                               if r.name == "partition-host-device"), [])
                          if why.split(" (", 1)[0] in {n.name for n in g.nodes}],
     }
-    _check_plan(src, program, tensors)
-    write_plan(out, program, tensors, print_graph(g), manifest)
+    program_json = _check_plan(src, program, tensors)
+    write_plan(out, program, tensors, print_graph(g), manifest, program_json)
     result.plan, result.macs, result.recognised = out, (device_macs, host_macs), manifest["recognised"]
     return result
 
 
-def _check_plan(src: Path, program: Program, tensors: dict[str, np.ndarray]) -> None:
+def _check_plan(src: Path, program: Program, tensors: dict[str, np.ndarray]) -> dict:
     """The checks every reader applies (plan/schema.py, plan/verify.py), before the plan is
     written: a model whose plan would be refused (NaN weights, a group count that does not divide
-    the channels, no outputs, ...) is refused now, naming the model, not when it is run."""
+    the channels, no outputs, ...) is refused now, naming the model, not when it is run. Returns
+    the program's JSON, which is what is written."""
     from spc.plan.schema import validate_program
     from spc.plan.verify import verify_plan
 
+    program_json = program.to_json()
     try:
-        validate_program(program.to_json(), str(src))
+        validate_program(program_json, str(src))
         verify_plan(program, tensors)
     except SpcError as exc:
         text = str(exc).removeprefix(f"{src}: ").removesuffix("; recompile the plan")
         raise SpcError(f"{src}: the model compiles to a plan spc would refuse to run ({text}); check the model "
                        "(onnxruntime runs it?) and fix it") from None
+    return program_json

@@ -700,29 +700,108 @@ def _infer_in_child(data: bytes, path: Path, data_prop: bool) -> bytes | None:
     from onnx import onnx_cpp2py_export
 
     limit = INFER_MEMORY_BYTES + 4 * len(data)
-    cmd = [sys.executable, "-I", "-S", "-c", _CHILD, onnx_cpp2py_export.__file__, str(limit), "1" if data_prop else "0"]
-    try:
-        proc = subprocess.run(cmd, input=data, capture_output=True, timeout=INFER_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        raise _Crash(f"did not finish within {INFER_TIMEOUT_S:.0f} s", resources=True) from None
-    except OSError:  # no way to start a child here
-        return None
-    if proc.returncode == 0:
-        return proc.stdout
-    if proc.returncode == 3:
-        raise SpcError(f"{path}: ONNX shape inference failed: {_first_line(proc.stderr.decode(errors='replace'))}")
-    if proc.returncode == 5:
-        return None
-    if proc.returncode == 6:
-        raise _Crash(f"needed more than {_size(limit)} of memory", resources=True)
-    if proc.returncode < 0:
+    if _can_fork():
+        code, out, err = _forked(onnx_cpp2py_export, data, data_prop, limit)
+    else:
+        cmd = [sys.executable, "-I", "-S", "-c", _CHILD, onnx_cpp2py_export.__file__, str(limit),
+               "1" if data_prop else "0"]
         try:
-            name = signal.Signals(-proc.returncode).name
+            proc = subprocess.run(cmd, input=data, capture_output=True, timeout=INFER_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            raise _Crash(f"did not finish within {INFER_TIMEOUT_S:.0f} s", resources=True) from None
+        except OSError:  # no way to start a child here
+            return None
+        code, out, err = proc.returncode, proc.stdout, proc.stderr
+    if code == 0:
+        return out
+    if code == 3:
+        raise SpcError(f"{path}: ONNX shape inference failed: {_first_line(err.decode(errors='replace'))}")
+    if code == 5:
+        return None
+    if code == 6:
+        raise _Crash(f"needed more than {_size(limit)} of memory", resources=True)
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
         except ValueError:
-            name = f"signal {-proc.returncode}"
+            name = f"signal {-code}"
         # SIGKILL is what an out-of-memory killer sends
-        raise _Crash(f"crashed ({name})", resources=proc.returncode == -signal.SIGKILL)
-    raise _Crash(f"failed (exit code {proc.returncode})", resources=False)
+        raise _Crash(f"crashed ({name})", resources=code == -signal.SIGKILL)
+    raise _Crash(f"failed (exit code {code})", resources=False)
+
+
+def _can_fork() -> bool:
+    """A forked child (no new interpreter, onnx already loaded: ~5 ms, not ~60) where forking is
+    safe: Linux, and no other Python thread that could hold a lock the child needs."""
+    import threading
+
+    return sys.platform == "linux" and hasattr(os, "fork") and threading.active_count() == 1
+
+
+def _forked(cpp: Any, data: bytes, data_prop: bool, limit: int) -> tuple[int, bytes, bytes]:
+    """Shape inference in a forked child: (exit code or -signal, stdout, stderr) as the
+    interpreter child reports them. Its address space may grow by ``limit`` beyond the parent's."""
+    import selectors
+    import time
+
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the parent's stack
+        code = 3
+        try:
+            os.close(out_r)
+            os.close(err_r)
+            try:
+                import faulthandler
+                import resource
+
+                faulthandler.disable()  # a crash here is reported by the parent, in one line
+
+                with open("/proc/self/statm", "rb") as f:
+                    size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+                resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+                resource.setrlimit(resource.RLIMIT_AS, (size + limit, size + limit))
+            except Exception:
+                pass
+            try:
+                result = cpp.shape_inference.infer_shapes(data, False, False, data_prop)
+            except MemoryError:
+                code = 6
+            except BaseException as exc:
+                os.write(err_w, str(exc).encode(errors="replace")[:4096])
+            else:
+                view = memoryview(result)
+                while view:
+                    view = view[os.write(out_w, view):]
+                code = 0
+        finally:
+            os._exit(code)
+    os.close(out_w)
+    os.close(err_w)
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    deadline = time.monotonic() + INFER_TIMEOUT_S
+    with selectors.DefaultSelector() as sel:
+        for fd in chunks:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                for fd in chunks:
+                    os.close(fd)
+                raise _Crash(f"did not finish within {INFER_TIMEOUT_S:.0f} s", resources=True)
+            for key, _ in sel.select(left):
+                block = os.read(key.fd, 1 << 16)
+                if block:
+                    chunks[key.fd].append(block)
+                else:
+                    sel.unregister(key.fd)
+    for fd in chunks:
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), b"".join(chunks[out_r]), b"".join(chunks[err_r])
 
 
 def _crash_message(data: bytes, path: Path, crash: _Crash) -> str:

@@ -90,11 +90,15 @@ def _graph_steps(nodes: Iterable[Node]) -> tuple[list[Step], dict[Hashable, np.n
     return steps, consts
 
 
-def run_nodes(nodes: Iterable[Node], env: dict[int, np.ndarray], *, quiet: bool = False) -> dict[int, np.ndarray]:
-    """IR nodes over values keyed by ``id(value)``; constants are read from the graph."""
+def run_nodes(nodes: Iterable[Node], env: dict[int, np.ndarray], *, quiet: bool = False,
+              constants: Mapping[int, np.ndarray] | None = None) -> dict[int, np.ndarray]:
+    """IR nodes over values keyed by ``id(value)``; constants are read from the graph, or from
+    ``constants`` where it has them (a region probed at another size: passes/semantic_match.py)."""
     nodes = list(nodes)
     names = {id(v): v.name for n in nodes for v in (*n.inputs, *n.outputs) if v is not None}
     steps, consts = _graph_steps(nodes)
+    if constants:
+        consts.update((k, v) for k, v in constants.items() if k in consts)
     return run(steps, env, consts, quiet=quiet, label=lambda k: "%" + names.get(k, "?"))
 
 

@@ -95,10 +95,12 @@ def apply(ops: list[TtOp], program: Program, block: str, mem: BlockMemory) -> li
     """The calls with ``block``'s convs and pools in ``mem``: their slicing and activation block,
     a copy of an L1 input to DRAM before a DRAM path, a reshape after a DRAM-sliced pool that
     writes to DRAM for the element-wise calls."""
-    out: list[TtOp] = []
+    # the calls before the block's first conv or pool are kept as they are (nothing is renamed yet)
+    first = next((k for k, op in enumerate(ops) if op.block == block and op.op in CONFIGURABLE), len(ops))
+    out: list[TtOp] = ops[:first]
     renamed: dict[str, str] = {}
-    made = {op.output for op in ops}
-    for op in ops:
+    made: set[str] | None = None
+    for op in ops[first:]:
         if renamed:
             op = replace(op, inputs=[renamed.get(i, i) for i in op.inputs])
         if op.block != block or op.op not in CONFIGURABLE:
@@ -116,6 +118,7 @@ def apply(ops: list[TtOp], program: Program, block: str, mem: BlockMemory) -> li
             if not in_dram:
                 # a copy of its own, also when another block copied the same tensor: reading that
                 # copy would end the tensor's life at an earlier call, which the walk has passed
+                made = made if made is not None else {o.output for o in ops}
                 moved, k = x + "/dram", 0
                 while moved in made:
                     k += 1
@@ -149,6 +152,7 @@ class Planner:
         self.program, self.target, self.overrides = program, target, overrides
         self.notes: list[str] = []
         self.stats: dict[str, int] = {}
+        self._frees_seen: dict[tuple[tuple[str, ...], ...], list[list[str]]] = {}
 
     def run(self) -> list[CallRecord]:
         blocks = {op.block or op.source for op in self.program.device_ops}
@@ -206,9 +210,16 @@ class Planner:
     def _with(self, ops: list[TtOp]) -> Program:
         return replace(self.program, device_ops=ops)
 
+    def _frees(self, ops: list[TtOp]) -> list[list[str]]:
+        """Program.frees for these calls; the trials of a block mostly share their calls' inputs."""
+        key = tuple(tuple(op.inputs) for op in ops)
+        if key not in self._frees_seen:
+            self._frees_seen[key] = self._with(ops).frees({t.name for t in self.program.device_outputs})
+        return self._frees_seen[key]
+
     def _resume(self, walk: Walk, ops: list[TtOp]) -> Walk:
         """The walk so far, over the rewritten calls (the calls before the block are unchanged)."""
-        again = Walk(self._with(ops), self.target)
+        again = Walk(self._with(ops), self.target, frees=self._frees(ops))
         again.ledger, again.where, again.sizes, again.records = walk.ledger, walk.where, walk.sizes, walk.records
         return again
 
@@ -218,7 +229,8 @@ class Planner:
         trial = self._resume(walk, trial_ops)
         trial.ledger, trial.where, trial.sizes = walk.ledger.copy(), dict(walk.where), dict(walk.sizes)
         trial.records = []
-        last = max(j for j, op in enumerate(trial_ops) if op.block == block and op.op in CONFIGURABLE)
+        last = next(j for j in range(len(trial_ops) - 1, -1, -1)
+                    if trial_ops[j].block == block and trial_ops[j].op in CONFIGURABLE)
         worst: Placed | None = None
         seconds = 0.0
         for j in range(i, last + 1):

@@ -113,12 +113,15 @@ class Walk:
     (Program.frees): the one model of a program's L1 and time, which the planner drives call by
     call, and which fit checking, the predicted time and `spc inspect` read."""
 
-    def __init__(self, program: Program, target: Target, keep: set[str] | None = None) -> None:
+    def __init__(self, program: Program, target: Target, keep: set[str] | None = None,
+                 frees: list[list[str]] | None = None) -> None:
         self.program, self.target = program, target
         self.ledger = Ledger(target)
         self.where: dict[str, Resident] = {t.name: DRAM_RM for t in program.device_inputs}
         self.sizes: dict[str, float] = {t.name: numel(t.device_shape) * 2.0 for t in program.device_inputs}
-        self.frees = program.frees(keep if keep is not None else {t.name for t in program.device_outputs})
+        # ``frees``: program.frees(keep) when the caller knows it (the planner's trials share it)
+        self.frees = frees if frees is not None else \
+            program.frees(keep if keep is not None else {t.name for t in program.device_outputs})
         self.records: list[CallRecord] = []
 
     def source(self, op: TtOp) -> Resident:

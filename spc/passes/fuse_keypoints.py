@@ -74,13 +74,33 @@ class _Trial:
         self.shape = tuple(int(d) for d in score.type.static_shape)
         self.h, self.w = self.shape[-2:]
         rng = np.random.default_rng(SEED)
-        self.desc_map = rng.standard_normal(tuple(int(d) for d in desc.type.static_shape)).astype(np.float32)
+        # uniform, not normal: drawn several times faster, and any distinct values do
+        self.desc_map = rng.random(tuple(int(d) for d in desc.type.static_shape), dtype=np.float32) * 2 - 1
         self.cell = self.h // int(desc.type.static_shape[-2])
+        self._slices: dict[tuple[int, ...], list[Node]] = {}
 
-    def __call__(self, score_map: np.ndarray) -> list[np.ndarray]:
+    def __call__(self, score_map: np.ndarray, only: tuple[int, ...] | None = None) -> list[np.ndarray | None]:
+        """The outputs on ``score_map``; with ``only``, just those outputs (by index), running just
+        the nodes they need: a question about keypoints and scores skips the descriptors."""
         env = {id(self.score): score_map.reshape(self.shape), id(self.desc): self.desc_map}
-        run_nodes(self.nodes, env, quiet=True)  # extreme trial values overflow on purpose
-        return [env[id(v)] for v in self.outputs]
+        nodes = self.nodes if only is None else self._needed(only)
+        run_nodes(nodes, env, quiet=True)  # extreme trial values overflow on purpose
+        return [env[id(v)] if only is None or i in only else None for i, v in enumerate(self.outputs)]
+
+    def _needed(self, only: tuple[int, ...]) -> list[Node]:
+        if only in self._slices:
+            return self._slices[only]
+        members = {id(n) for n in self.nodes}
+        keep: set[int] = set()
+        stack = [self.outputs[i].producer for i in only]
+        while stack:
+            n = stack.pop()
+            if n is None or id(n) in keep or id(n) not in members:
+                continue
+            keep.add(id(n))
+            stack.extend(v.producer for v in n.inputs if v is not None)
+        self._slices[only] = [n for n in self.nodes if id(n) in keep]
+        return self._slices[only]
 
     def peaks(self, points: list[tuple[int, int]], value: float | np.ndarray, base: float = 0.0) -> np.ndarray:
         s = np.full((self.h, self.w), base, np.float32)
@@ -155,21 +175,51 @@ def _roles(trial: _Trial, fixed: bool) -> list[str]:
 # -- 3.-5. threshold, window, fill, limit ------------------------------------------------------------------
 def _count(trial: _Trial, specs: list[str], score_map: np.ndarray) -> int:
     i = [OutputSpec.parse(s).role for s in specs].index("scores")
-    a = trial(score_map)[i]
+    a = trial(score_map, (i,))[i]
+    assert a is not None
     return int(a.shape[1] if OutputSpec.parse(specs[i]).batch else a.shape[0])
+
+
+def _decoded(trial: _Trial, specs: list[str], score_map: np.ndarray) -> list[tuple[tuple[int, int], float]]:
+    """Every keypoint the region returns for ``score_map``, as ((x, y) pixels, score), in its order."""
+    roles = [OutputSpec.parse(s).role for s in specs]
+    got = trial(score_map, (roles.index("keypoints"), roles.index("scores")))
+    at = {OutputSpec.parse(s).role: (OutputSpec.parse(s), a) for s, a in zip(specs, got)}
+    spec, k = at["keypoints"]
+    k = np.asarray(k[0] if spec.batch else k, np.float64).reshape(-1, 2)
+    if spec.scale == "norm":
+        k = k * (np.array([trial.h, trial.w]) if spec.order == "yx" else np.array([trial.w, trial.h]))
+    if spec.order == "yx":
+        k = k[:, ::-1]
+    sspec, s = at["scores"]
+    scores = np.asarray(s[0] if sspec.batch else s, np.float64).reshape(-1)
+    return [((round(x), round(y)), float(v)) for (x, y), v in zip(k, scores)]
 
 
 def _first(trial: _Trial, specs: list[str], score_map: np.ndarray) -> tuple[tuple[int, int], float]:
     """The first keypoint, as (x, y) pixels, and its score."""
-    got = trial(score_map)
-    at = {OutputSpec.parse(s).role: (OutputSpec.parse(s), a) for s, a in zip(specs, got)}
-    spec, k = at["keypoints"]
-    k = np.asarray(k[0] if spec.batch else k, np.float64)
-    if spec.scale == "norm":
-        k = k * (np.array([trial.h, trial.w]) if spec.order == "yx" else np.array([trial.w, trial.h]))
-    x, y = (k[0][::-1] if spec.order == "yx" else k[0])
-    sspec, s = at["scores"]
-    return (round(x), round(y)), float((s[0] if sspec.batch else s)[0])
+    return _decoded(trial, specs, score_map)[0]
+
+
+def _kept_many(trial: _Trial, specs: list[str], points: list[tuple[int, int]], values: np.ndarray,
+               capacity: int | None) -> set[tuple[int, int]] | None:
+    """Which of the peaks ``points`` (y, x) with ``values`` the region keeps, from ONE run (the
+    region comes after NMS: peaks do not suppress each other). None when the answer may be cut by
+    a keypoint limit (as many kept as the fixed K, or every peak dropped): ask one peak at a time."""
+    at = {(y, x): np.float32(v) for (y, x), v in zip(points, values)}
+    found = {(y, x) for (x, y), v in _decoded(trial, specs, trial.peaks(points, values))
+             if (y, x) in at and np.float32(v) == at[(y, x)]}
+    if not found or (capacity is not None and len(found) >= capacity):
+        return None
+    return found
+
+
+def _interior(trial: _Trial, n: int) -> list[tuple[int, int]]:
+    """``n`` distinct pixels well inside the map, for peaks asked about at once."""
+    ys = np.linspace(trial.h // 4, 3 * trial.h // 4 - 1, max(1, int(np.sqrt(n))) + 1).astype(int)
+    xs = np.linspace(trial.w // 4, 3 * trial.w // 4 - 1, n // max(1, len(ys)) + 2).astype(int)
+    cells = sorted({(int(y), int(x)) for y in ys for x in xs})
+    return cells[:n]
 
 
 def _anchor(trial: _Trial) -> tuple[int, int]:
@@ -182,18 +232,21 @@ def _kept_beside_anchor(trial: _Trial, specs: list[str], y: int, x: int, value: 
     return _count(trial, specs, trial.peaks([_anchor(trial), (y, x)], np.array([1.0, value], np.float32))) == 2
 
 
-def _threshold(trial: _Trial, specs: list[str]) -> float:
+def _threshold(trial: _Trial, specs: list[str], fast: bool) -> float:
     """The largest float32 score that is dropped (a score is kept iff it is above it). The region's
-    scalar constants are tried first; otherwise bisection on the float32 bits of one peak between
-    0 (dropped) and 1 (kept)."""
+    scalar constants are tried first; otherwise a search on the float32 bits of the score between
+    0 (dropped) and 1 (kept): many peaks per run (:func:`_threshold_many`), or one at a time."""
 
     def kept(value: np.float32) -> bool:
         return _kept_beside_anchor(trial, specs, trial.h // 2, trial.w // 2, float(value))
 
-    if not kept(np.float32(1)) or kept(np.float32(0)):
-        raise NoMatch("no threshold: a peak of 1 beside another is not kept, or a peak of 0 is")
     scalars = sorted({np.float32(v.data.reshape(-1)[0]) for n in trial.nodes for v in n.inputs
                       if v is not None and v.is_const and v.data.size == 1 and v.data.dtype.kind == "f"})
+    found = _threshold_many(trial, specs, [c for c in scalars if 0 < c < 1]) if fast else None
+    if found is not None:
+        return found
+    if not kept(np.float32(1)) or kept(np.float32(0)):
+        raise NoMatch("no threshold: a peak of 1 beside another is not kept, or a peak of 0 is")
     for c in scalars:
         if 0 < c < 1 and not kept(c) and kept(np.nextafter(c, np.float32(1))):
             return float(c)
@@ -207,9 +260,61 @@ def _threshold(trial: _Trial, specs: list[str]) -> float:
     return float(np.int32(lo).view(np.float32))
 
 
+def _threshold_many(trial: _Trial, specs: list[str], scalars: list[np.float32]) -> float | None:
+    """The threshold with many peaks per run: the scalar candidates and their successors in one
+    run, then a 64-way search on the float32 bits. None when the answers are not those of one
+    threshold (a limit cuts them, or the map is too small for the peaks): the caller asks one
+    peak at a time."""
+    spots = _interior(trial, 2 * len(scalars) + 2)
+    if len(spots) < 2 * len(scalars) + 2:
+        return None
+
+    def dropped_kept(values: list[np.float32]) -> tuple[int, int] | None:
+        """The last dropped and the first kept of ascending ``values``, if the kept are a suffix."""
+        points = spots[:len(values)] if len(values) <= len(spots) else None
+        if points is None:
+            return None
+        found = _kept_many(trial, specs, points, np.array(values, np.float32), None)
+        if found is None:
+            return None
+        flags = [p in found for p in points]
+        first = flags.index(True) if True in flags else len(flags)
+        if first in (0, len(flags)) or not all(flags[first:]):
+            return None
+        return first - 1, first
+
+    values = [np.float32(0)] + [v for c in scalars for v in (c, np.nextafter(c, np.float32(1)))] + [np.float32(1)]
+    at = dropped_kept(values)
+    if at is None:
+        return None
+    if 0 < at[0] < len(values) - 1 and at[0] % 2 == 1:  # a scalar dropped and its successor kept
+        return float(values[at[0]])
+    spots = _interior(trial, 64)
+    lo, hi = int(np.float32(0).view(np.int32)), int(np.float32(1).view(np.int32))
+    while hi - lo > 1:  # invariant: value(lo) dropped, value(hi) kept
+        bits = sorted({int(b) for b in np.linspace(lo, hi, min(len(spots), hi - lo + 1)).round()})
+        at = dropped_kept([np.int32(b).view(np.float32) for b in bits])
+        if at is None:
+            return None
+        lo, hi = bits[at[0]], bits[at[1]]
+    return float(np.int32(lo).view(np.float32))
+
+
+def _window_points(trial: _Trial) -> list[tuple[int, int]]:
+    """The pixels :func:`_window` asks about: the middle row's and column's first and last EDGE, and
+    their middles."""
+    mid_y, mid_x = trial.h // 2, trial.w // 2
+
+    def line(size: int) -> list[int]:
+        depth = min(EDGE, size // 2)
+        return sorted({*range(depth), *(size - 1 - i for i in range(depth)), size // 2})
+
+    return sorted({(mid_y, x) for x in line(trial.w)} | {(y, mid_x) for y in line(trial.h)})
+
+
 def _window(trial: _Trial, kept: Callable[[int, int], bool]) -> tuple[int, int, int]:
     """(border, limit_y, limit_x): a peak is kept iff border <= y < limit_y and border <= x < limit_x.
-    Found along the middle row and column; checked on random maps after."""
+    Found along the middle row and column (:func:`_window_points`); checked on random maps after."""
     mid_y, mid_x = trial.h // 2, trial.w // 2
 
     def first_kept(positions: list[int], at: Callable[[int], bool]) -> int | None:
@@ -246,6 +351,17 @@ def _fill(trial: _Trial, specs: list[str], window: tuple[int, int, int]) -> floa
     return score
 
 
+def _asked_at_once(trial: _Trial, specs: list[str], one: Callable[[int, int], bool],
+                   capacity: int | None) -> Callable[[int, int], bool]:
+    """``one`` (is a single peak at (y, x) kept?) for the window's pixels, from one run with a peak
+    at each; ``one`` itself where one run cannot tell (:func:`_kept_many`)."""
+    points = _window_points(trial)
+    found = _kept_many(trial, specs, points, np.ones(len(points), np.float32), capacity)
+    if found is None:
+        return one
+    return lambda y, x: (y, x) in found
+
+
 def _max_keypoints(trial: _Trial, specs: list[str], border: int, limit_y: int, limit_x: int) -> int:
     grid = [(y, x) for y in range(border, limit_y, 9) for x in range(border, limit_x, 9)]
     got = _count(trial, specs, trial.peaks(grid, np.linspace(0.5, 1.0, len(grid), dtype=np.float32)))
@@ -253,14 +369,19 @@ def _max_keypoints(trial: _Trial, specs: list[str], border: int, limit_y: int, l
 
 
 def _agrees(trial: _Trial, attrs: dict) -> str | None:
-    """None if the region and spc.Keypoints agree on random maps, else what differs."""
+    """None if the region and spc.Keypoints agree on random maps, else what differs. The denser map
+    tests the selection (thousands of keypoints, a limit's cut) on every output but the
+    descriptors: a descriptor depends on its keypoint alone, and the sparser map tests those."""
     rng = np.random.default_rng(SEED + 1)
-    for density in (0.002, 0.01):
+    roles = [OutputSpec.parse(s).role for s in attrs["outputs"]]
+    for density, only in ((0.002, None), (0.01, tuple(i for i, r in enumerate(roles) if r != "descriptors"))):
         s = np.where(rng.random((trial.h, trial.w)) < density, rng.random((trial.h, trial.w)), 0).astype(np.float32)
         if attrs["mode"] == "threshold":
             s[:: max(1, trial.h // 7), ::13] = np.float32(attrs["threshold"])  # exactly at the threshold: dropped
-        want = extract(s.reshape(trial.shape), trial.desc_map, attrs)
-        for v, a, b in zip(trial.outputs, trial(s), want):
+        want = extract(s.reshape(trial.shape), trial.desc_map, attrs, skip_descriptors=only is not None)
+        for v, a, b in zip(trial.outputs, trial(s, only), want):
+            if a is None:
+                continue
             if a.shape != b.shape or not np.allclose(a.astype(np.float64), b.astype(np.float64), atol=1e-5):
                 return f"on a random map of density {density}, output %{v.name} differs"
     return None
@@ -268,11 +389,28 @@ def _agrees(trial: _Trial, attrs: dict) -> str | None:
 
 def recognise(post: list[Node], g: Graph, attempt: Attempt | None = None) -> tuple[Value, Value, list[Value], dict]:
     """The NMS map, the descriptor map, the outputs and the attributes of spc.Keypoints; NoMatch
-    with the reason otherwise. ``attempt`` hears each finding (``--explain``)."""
+    with the reason otherwise. ``attempt`` hears each finding (``--explain``).
 
-    def found(text: str) -> None:
+    The questions are asked with many peaks per run first (a few runs in all); where that finds no
+    answer - a keypoint limit can cut what many peaks show - they are asked again one peak at a
+    time, and the reason given is that slower search's."""
+    heard: list[str] = []
+    try:
+        found = _recognise(post, g, heard.append, fast=True)
+    except NoMatch:
+        return _recognise(post, g, attempt.step if attempt is not None else None, fast=False)
+    for text in heard:
         if attempt is not None:
             attempt.step(text)
+    return found
+
+
+def _recognise(post: list[Node], g: Graph, hear: Callable[[str], None] | None,
+               fast: bool) -> tuple[Value, Value, list[Value], dict]:
+
+    def found(text: str) -> None:
+        if hear is not None:
+            hear(text)
 
     entering = {id(v): v for n in post for v in n.inputs
                 if v is not None and v.producer is not None and v.producer.placement is Placement.DEVICE}
@@ -306,15 +444,15 @@ def recognise(post: list[Node], g: Graph, attempt: Attempt | None = None) -> tup
         def kept(y: int, x: int) -> bool:
             return _first(trial, specs, trial.peaks([(y, x)], 1.0)) == ((x, y), 1.0)
 
-        window = _window(trial, kept)
+        window = _window(trial, _asked_at_once(trial, specs, kept, attrs["max_keypoints"]) if fast else kept)
         attrs["fill"] = _fill(trial, specs, window)
     else:
-        attrs["threshold"] = _threshold(trial, specs)
+        attrs["threshold"] = _threshold(trial, specs, fast)
 
         def kept(y: int, x: int) -> bool:
             return _kept_beside_anchor(trial, specs, y, x, 1.0)
 
-        window = _window(trial, kept)
+        window = _window(trial, _asked_at_once(trial, specs, kept, None) if fast else kept)
         attrs["max_keypoints"] = _max_keypoints(trial, specs, *window)
         attrs["fill"] = 0.0
     attrs.update(border=window[0], limit_y=window[1], limit_x=window[2])

@@ -22,15 +22,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from spc.ir.graph import Graph
+from spc.ir.graph import Graph, Node, Value
 from spc.ir.ops.infer import axes_from, norm_axis
 from spc.ir.ops.spc_ops import l2_normalize
 from spc.passes.manager import Pass, PassContext, PassResult
-from spc.passes.semantic_match import Region, describe_region, evaluate, find_exit, fuse_region, grow_region
+from spc.passes.semantic_match import (
+    Region,
+    confirm,
+    describe_region,
+    evaluate,
+    evaluate_small,
+    find_exit,
+    fuse_region,
+    grow_region,
+    small_probe,
+)
 
 NORM_OPS = {"onnx.ReduceL2", "onnx.ReduceSum", "onnx.ReduceSumSquare", "onnx.Pow", "onnx.Mul", "onnx.Sqrt",
             "onnx.Clip", "onnx.Max", "onnx.Expand", "onnx.Div", "onnx.Reciprocal", "onnx.Add", "onnx.Unsqueeze",
             "onnx.Squeeze", "onnx.Reshape", "onnx.Identity"}
+SMALL = (5, 7)  # the last two dims of the maps searched on: a few vectors of every length
 _STARTS = {"onnx.ReduceL2", "onnx.ReduceSumSquare", "onnx.Pow", "onnx.Mul"}
 
 
@@ -55,6 +66,45 @@ def reduced_axes(region: Region, rank: int) -> list[int]:
     return first + [a for a in range(rank) if a not in first]
 
 
+def trials(shape: tuple[int, ...], eps: float) -> list[np.ndarray]:
+    """A normal map, and one whose norms are well below eps (they tell max(||x||, eps) from ||x||;
+    without eps, small norms still divide)."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(shape, dtype=np.float32)
+    return [x, x * np.float32(eps * 1e-2 if eps > 0 else 1e-3)]
+
+
+def _search(g: Graph, region: Region, entry: Value, eps: float,
+            misses: list[str] | None) -> tuple[Value, list[Node], int] | None:
+    """The region's normalised value, its nodes and the axis: searched on small maps
+    (:func:`small_probe`) and confirmed on one map of the model's size; at full size when the
+    region does not run small."""
+    full = tuple(int(d) for d in entry.type.static_shape)
+    probe = small_probe(region, SMALL)
+    maps = trials(probe.shape if probe else full, eps)
+    envs = evaluate_small(region, probe, maps) if probe else None
+    if envs is None:
+        probe, maps = None, trials(full, eps)
+        envs = [evaluate(region, p) for p in maps]
+    for axis in reduced_axes(region, entry.type.rank):
+        wants = [l2_normalize(p, axis, eps) for p in maps]
+        if misses is not None:
+            misses.append(f"axis {axis}{' (small maps)' if probe else ''}:")
+        found = find_exit(g, region, envs, wants, last=False, rtol=1e-5, atol=1e-6, misses=misses)
+        if found is None or found[0].type.shape != entry.type.shape:
+            continue
+        exit, nodes = found
+        if probe is not None:
+            # uniform, not normal: one map of the model's size, drawn fast
+            big = np.random.default_rng(3).random(full, dtype=np.float32) - np.float32(0.5)
+            if not confirm(region, nodes, exit, big, l2_normalize(big, axis, eps), rtol=1e-5, atol=1e-6):
+                if misses is not None:
+                    misses.append(f"%{exit.name} normalises small maps, not maps of the model's size;")
+                continue
+        return exit, nodes, axis
+    return None
+
+
 class FuseL2Norm(Pass):
     name = "fuse-l2norm"
     summary = "x / max(||x||, eps) -> spc.L2Norm"
@@ -75,28 +125,14 @@ class FuseL2Norm(Pass):
             if attempt:
                 attempt.step(describe_region(region))
                 attempt.step(f"eps {eps:g} (from the region's Clip/Max)" if eps else "no eps in the region")
-            rng = np.random.default_rng(2)
-            shape = entry.type.static_shape
-            # norms well below eps tell max(||x||, eps) from ||x||; without eps, small norms still divide
-            trials = [rng.normal(size=shape).astype(np.float32),
-                      (rng.normal(size=shape) * (eps * 1e-2 if eps > 0 else 1e-3)).astype(np.float32)]
-            envs = [evaluate(region, p) for p in trials]
-            match = None
             misses: list[str] | None = [] if attempt else None
-            for axis in reduced_axes(region, entry.type.rank):
-                wants = [l2_normalize(p, axis, eps) for p in trials]
-                if misses is not None:
-                    misses.append(f"axis {axis}:")
-                found = find_exit(g, region, envs, wants, last=False, rtol=1e-5, atol=1e-6, misses=misses)
-                if found is not None and found[0].type.shape == entry.type.shape:
-                    match = found
-                    break
+            match = _search(g, region, entry, eps, misses)
             if match is None:
                 if attempt:
                     attempt.stopped("no region value equals x / max(||x||, eps) along an axis: "
                                     + " ".join(misses or []))
                 continue
-            exit, nodes = match
+            exit, nodes, axis = match
             fuse_region(g, nodes, exit, "spc.L2Norm", [entry], {"axis": axis, "eps": eps}, "l2norm")
             if attempt:
                 attempt.fired(f"%{exit.name} = spc.L2Norm(axis {axis}) over {len(nodes)} node(s)")

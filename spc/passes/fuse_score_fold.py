@@ -25,14 +25,27 @@ import math
 
 import numpy as np
 
-from spc.ir.graph import Graph, Value
+from spc.ir.graph import Graph, Node, Value
 from spc.ir.ops.spc_ops import score_fold
 from spc.passes.manager import Pass, PassContext, PassResult
-from spc.passes.semantic_match import describe_region, evaluate, find_exit, fuse_region, grow_region
+from spc.passes.semantic_match import (
+    Region,
+    confirm,
+    describe_region,
+    evaluate,
+    evaluate_small,
+    find_exit,
+    fuse_region,
+    grow_region,
+    small_probe,
+)
 
 FOLD_OPS = {"onnx.Softmax", "onnx.Exp", "onnx.ReduceSum", "onnx.ReduceMax", "onnx.Sub", "onnx.Div",
             "onnx.Slice", "onnx.Gather", "onnx.Split", "onnx.Transpose", "onnx.Reshape", "onnx.Squeeze",
             "onnx.Unsqueeze", "onnx.DepthToSpace", "onnx.Flatten", "onnx.Identity"}
+
+
+SMALL = (3, 5)  # the logits' spatial size while searching
 
 
 def fold_cell(v: Value) -> int | None:
@@ -42,6 +55,37 @@ def fold_cell(v: Value) -> int | None:
         return None
     c = math.isqrt(t.static_shape[1] - 1)
     return c if c >= 2 and c * c + 1 == t.static_shape[1] else None
+
+
+def trials(shape: tuple[int, ...], count: int = 2) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(shape, dtype=np.float32) * np.float32(4) for _ in range(count)]
+
+
+def _search(g: Graph, region: Region, entry: Value, cell: int,
+            misses: list[str] | None) -> tuple[Value, list[Node]] | None:
+    """The region's folded map and its nodes: searched on small logits (:func:`small_probe`, sizes
+    scaled by the cell too) and confirmed on logits of the model's size; at full size when the
+    region does not run small."""
+    full = tuple(int(d) for d in entry.type.static_shape)
+    probe = small_probe(region, SMALL, (cell,))
+    maps = trials(probe.shape if probe else full)
+    envs = evaluate_small(region, probe, maps) if probe else None
+    if envs is None:
+        probe, maps = None, trials(full)
+        envs = [evaluate(region, p) for p in maps]
+    # the last matching view: the map as the source finally shapes it, e.g. (N, H, W)
+    found = find_exit(g, region, envs, [score_fold(p, cell) for p in maps], last=True, rtol=1e-5, atol=1e-7,
+                      misses=misses)
+    if found is None or probe is None:
+        return found
+    exit, nodes = found
+    (big,) = trials(full, 1)
+    if confirm(region, nodes, exit, big, score_fold(big, cell), rtol=1e-5, atol=1e-7):
+        return found
+    if misses is not None:
+        misses.append(f"%{exit.name} folds small logits, not logits of the model's size")
+    return None
 
 
 class FuseScoreFold(Pass):
@@ -63,13 +107,8 @@ class FuseScoreFold(Pass):
             region = grow_region(g, entry, FOLD_OPS)
             if attempt:
                 attempt.step(describe_region(region))
-            rng = np.random.default_rng(0)
-            trials = [rng.normal(0.0, 4.0, entry.type.static_shape).astype(np.float32) for _ in range(2)]
-            envs = [evaluate(region, p) for p in trials]
             misses: list[str] | None = [] if attempt else None
-            # the last matching view: the map as the source finally shapes it, e.g. (N, H, W)
-            found = find_exit(g, region, envs, [score_fold(p, cell) for p in trials], last=True,
-                              rtol=1e-5, atol=1e-7, misses=misses)
+            found = _search(g, region, entry, cell, misses)
             if found is None:
                 if attempt:
                     attempt.stopped("no region value equals softmax over the channels, dustbin drop and "

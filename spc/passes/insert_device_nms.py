@@ -27,9 +27,20 @@ from __future__ import annotations
 import numpy as np
 
 from spc.ir.graph import Graph, Node, Value
-from spc.ir.ops.spc_ops import nms
+from spc.ir.ops.spc_ops import nms_rounds
 from spc.passes.manager import Pass, PassContext, PassResult
-from spc.passes.semantic_match import describe_region, evaluate, find_exit, fuse_region, grow_region
+from spc.passes.semantic_match import (
+    Region,
+    any_equal,
+    confirm,
+    describe_region,
+    evaluate,
+    evaluate_small,
+    find_exit,
+    fuse_region,
+    grow_region,
+    small_probe,
+)
 
 NMS_OPS = {"onnx.MaxPool", "onnx.Equal", "onnx.Cast", "onnx.Greater", "onnx.GreaterOrEqual", "onnx.Less",
            "onnx.LessOrEqual", "onnx.Where", "onnx.Not", "onnx.And", "onnx.Or", "onnx.Xor", "onnx.Unsqueeze",
@@ -68,17 +79,58 @@ def pooled_radius(v: Value) -> int | None:
     return None
 
 
-def trial_maps(shape: tuple[int, ...], radius: int) -> list[np.ndarray]:
-    """Maps that separate NMS variants: many exact ties, flat plateaus, zeros, border peaks."""
+def trial_maps(shape: tuple[int, ...], radius: int, count: int = 3) -> list[np.ndarray]:
+    """Maps that separate NMS variants: many exact ties, flat plateaus, zeros, border peaks (the
+    first ``count`` of them)."""
     rng = np.random.default_rng(1)
     ties = (rng.integers(0, 6, shape) / 5.0 * (rng.random(shape) < 0.35)).astype(np.float32)
+    if count == 1:
+        return [ties]
     h, w = shape[-2:]
     block = radius + 1
     small = rng.integers(0, 4, shape[:-2] + (h // block + 1, w // block + 1)).astype(np.float32)
     plateaus = np.kron(small, np.ones((block, block), np.float32))[..., :h, :w] / 3.0
     peaks = (rng.random(shape).astype(np.float32) ** 8)
     peaks[..., 0, :] = np.maximum(peaks[..., 0, :], 0.9)
-    return [ties, plateaus, np.ascontiguousarray(peaks)]
+    return [ties, plateaus, np.ascontiguousarray(peaks)][:count]
+
+
+def _search(g: Graph, region: Region, entry: Value, radius: int,
+            misses: list[str] | None) -> tuple[Value, list[Node], int] | None:
+    """The region's NMS value, its nodes and its rounds: searched on small trial maps
+    (:func:`small_probe`) and confirmed on one full-size map; at full size when the region does not
+    run small. ``misses`` (``--explain``) gets why nothing matched."""
+    full = tuple(int(d) for d in entry.type.static_shape)
+    k = 2 * radius + 1  # small maps hold several windows each way, so ties, plateaus and borders all occur
+    probe = small_probe(region, (5 * k, 6 * k + 1))
+    trials = trial_maps(probe.shape if probe else full, radius)
+    envs = evaluate_small(region, probe, trials) if probe else None
+    if envs is None:
+        probe = None
+        trials = trial_maps(full, radius)
+        # the first trial alone rules most regions out: the others run only if a value equals NMS on it
+        envs = [evaluate(region, trials[0])]
+        if misses is None and not any_equal(region, envs[0], nms_rounds(trials[0], radius, MAX_ROUNDS)):
+            return None
+        envs += [evaluate(region, p) for p in trials[1:]]
+    wants = [nms_rounds(p, radius, MAX_ROUNDS) for p in trials]
+    for rounds in range(MAX_ROUNDS + 1):
+        if misses is not None:
+            misses.append(f"{rounds} round(s){' (small maps)' if probe else ''}:")
+        # the fused op keeps its input's shape; views after it stay outside
+        found = find_exit(g, region, envs, [w[rounds] for w in wants], last=True,
+                          accept=lambda v: v.type.shape == entry.type.shape, misses=misses)
+        if found is None:
+            continue
+        exit, nodes = found
+        if probe is not None:
+            (big,) = trial_maps(full, radius, 1)
+            if not confirm(region, nodes, exit, big, nms_rounds(big, radius, rounds)[-1]):
+                if misses is not None:
+                    misses.append(f"%{exit.name} equals NMS on small maps, not at the model's size;")
+                continue
+        return exit, nodes, rounds
+    return None
 
 
 class InsertDeviceNms(Pass):
@@ -100,24 +152,14 @@ class InsertDeviceNms(Pass):
             region = grow_region(g, entry, NMS_OPS)
             if attempt:
                 attempt.step(describe_region(region))
-            trials = trial_maps(entry.type.static_shape, radius)
-            envs = [evaluate(region, p) for p in trials]
-            match = None
             misses: list[str] | None = [] if attempt else None
-            for rounds in range(MAX_ROUNDS + 1):
-                if misses is not None:
-                    misses.append(f"{rounds} round(s):")
-                # the fused op keeps its input's shape; views after it stay outside
-                match = find_exit(g, region, envs, [nms(p, radius, rounds) for p in trials], last=True,
-                                  accept=lambda v, shape=entry.type.shape: v.type.shape == shape, misses=misses)
-                if match is not None:
-                    break
+            match = _search(g, region, entry, radius, misses)
             if match is None:
                 if attempt:
                     attempt.stopped(f"no region value equals NMS (radius {radius}) for 0..{MAX_ROUNDS} rounds: "
                                     + " ".join(misses or []))
                 continue
-            exit, nodes = match
+            exit, nodes, rounds = match
             rounds_used = 0 if ctx.options.nms_single_pass else rounds
             if rounds_used != rounds:
                 ctx.note(f"insert-device-nms: single-pass NMS replaces the source's {rounds} suppression "

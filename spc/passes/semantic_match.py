@@ -11,6 +11,11 @@ for a mask, ReduceL2 or Pow/ReduceSum/Sqrt for a norm). A fusion pass here:
 4. accepts an *exit* value whose trial results equal the reference semantics of the fused op,
    provided the region up to it is closed: nothing inside it is used from outside.
 
+The trials are small: the region is re-sized for a map of a few windows (:func:`small_probe`
+re-sizes its shape constants and uniform map-sized constants), so a region that cannot match
+never runs at the model's size; a match found small is confirmed once at the model's size on
+its own nodes (:func:`confirm`). A region that does not run small is tried at full size.
+
 Trial inputs are a test, not a proof; the trials are chosen per op to break the plausible
 near-misses, and each pass's unit tests include such near-misses as negative cases.
 """
@@ -65,9 +70,92 @@ def grow_region(g: Graph, entry: Value, allowed: set[str]) -> Region:
     return Region(entry, nodes)
 
 
-def evaluate(region: Region, entry_data: np.ndarray) -> dict[int, np.ndarray]:
-    """Run the region's nodes on ``entry_data`` (ir/interpreter.py), returning every value by id."""
-    return run_nodes(region.nodes, {id(region.entry): entry_data})
+def evaluate(region: Region, entry_data: np.ndarray, constants: dict[int, np.ndarray] | None = None
+             ) -> dict[int, np.ndarray]:
+    """Run the region's nodes on ``entry_data`` (ir/interpreter.py), returning every value by id;
+    ``constants`` replaces some of the region's constants (:func:`small_probe`)."""
+    return run_nodes(region.nodes, {id(region.entry): entry_data}, constants=constants)
+
+
+# ops whose integer input at this index is a shape (sizes, not positions or axes)
+_SHAPE_INPUTS = {"onnx.Expand": 1, "onnx.Reshape": 1, "onnx.ConstantOfShape": 0, "onnx.Tile": 1}
+
+
+@dataclass
+class SmallProbe:
+    """The region re-sized for an entry whose last two dims are ``hw`` instead of the model's:
+    its shape constants and its uniform spatial constants (a folded zeros_like) re-sized. A match
+    found on small trials is a candidate only; it is confirmed on one full-size trial."""
+
+    shape: tuple[int, ...]
+    constants: dict[int, np.ndarray]
+
+
+def small_probe(region: Region, hw: tuple[int, int], scales: tuple[int, ...] = ()) -> SmallProbe | None:
+    """A :class:`SmallProbe` for ``region``, or None when its constants cannot follow a smaller
+    entry: a non-uniform spatial constant, or the model's map is already that small. The region
+    may still not run at the small size (a size in a constant spc does not recognise): the
+    caller then probes at full size. ``scales``: factors the region multiplies the map's sizes by
+    (a depth-to-space by 8 reshapes 60 x 80 to 480 x 640), re-sized alike."""
+    full = tuple(int(d) for d in region.entry.type.static_shape)
+    if len(full) < 2 or full[-2] <= hw[0] or full[-1] <= hw[1]:
+        return None
+    (big_h, big_w), (h, w) = full[-2:], hw
+    if big_h == big_w:  # a size in a shape constant does not say which axis it is: keep the map square
+        w = h
+    sizes = {}
+    for f in (1, *scales):
+        sizes.update({big_h * f: h * f, big_w * f: w * f, big_h * big_w * f * f: h * w * f * f})
+    constants: dict[int, np.ndarray] = {}
+    for n in region.nodes:
+        for i, v in enumerate(n.inputs):
+            if v is None or not v.is_const or id(v) in constants:
+                continue
+            data = np.asarray(v.data)
+            if _SHAPE_INPUTS.get(n.op.name) == i and data.dtype.kind in "iu" and data.ndim == 1:
+                constants[id(v)] = np.array([sizes.get(int(d), int(d)) for d in data], data.dtype)
+            elif data.ndim >= 2 and data.shape[-2:] in ((big_h, big_w), (1, big_w), (big_h, 1)):
+                flat = data.reshape(-1)
+                if flat.size and not np.all(flat == flat[0]):
+                    return None  # a map-sized constant with content: not re-sizable
+                shape = data.shape[:-2] + tuple(sizes[d] if d != 1 else 1 for d in data.shape[-2:])
+                constants[id(v)] = np.full(shape, flat[0] if flat.size else 0, data.dtype)
+    return SmallProbe(full[:-2] + (h, w), constants)
+
+
+def evaluate_small(region: Region, probe: SmallProbe, trials: list[np.ndarray]) -> list[dict[int, np.ndarray]] | None:
+    """The region on small trials, or None when it does not run at that size."""
+    from spc.ir.interpreter import MissingValue, NodeFailed
+
+    try:
+        with np.errstate(all="ignore"):
+            return [evaluate(region, t, probe.constants) for t in trials]
+    except (NodeFailed, MissingValue, ValueError, IndexError, TypeError):
+        return None
+
+
+def confirm(region: Region, nodes: list[Node], exit: Value, entry_data: np.ndarray, want: np.ndarray,
+            rtol: float = 0.0, atol: float = 0.0) -> bool:
+    """Whether ``exit`` equals ``want`` when ``nodes`` (the match's closed prefix) run at the
+    model's own size on ``entry_data``."""
+    got = run_nodes(nodes, {id(region.entry): entry_data}).get(id(exit))
+    if got is None or got.size != want.size:
+        return False
+    got = got.reshape(want.shape)
+    return bool(np.array_equal(got, want) if rtol == 0 and atol == 0 else np.allclose(got, want, rtol=rtol, atol=atol))
+
+
+def any_equal(region: Region, env: dict[int, np.ndarray], wants: list[np.ndarray]) -> bool:
+    """Whether some region value equals one of ``wants`` exactly on this trial: a cheap test that
+    decides whether the region is worth the other trials."""
+    for v in region.values():
+        got = env.get(id(v))
+        if got is None:
+            continue
+        for want in wants:
+            if got.size == want.size and np.array_equal(got.reshape(want.shape), want):
+                return True
+    return False
 
 
 def closed_prefix(region: Region, exit: Value, g: Graph) -> list[Node] | None:

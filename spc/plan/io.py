@@ -81,8 +81,10 @@ def manifest_digest(manifest: dict[str, Any]) -> str:
 
 
 def write_plan(path: Path, program: Program, weights: dict[str, np.ndarray], ir_text: str,
-               manifest: dict[str, Any]) -> None:
-    members = {"program.json": _json_bytes(program.to_json()), "weights.safetensors": _weights_bytes(weights),
+               manifest: dict[str, Any], program_json: dict[str, Any] | None = None) -> None:
+    """``program_json``: ``program.to_json()`` when the caller has made it already (to check it)."""
+    js = program.to_json() if program_json is None else program_json
+    members = {"program.json": _json_bytes(js), "weights.safetensors": _weights_bytes(weights),
                "ir.txt": ir_text.encode()}
     for name, data in members.items():
         if len(data) > MAX_MEMBER_BYTES[name]:

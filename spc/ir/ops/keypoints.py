@@ -91,11 +91,15 @@ def sample_descriptors(xy: np.ndarray, desc: np.ndarray, cell: int) -> np.ndarra
     ix, iy = (g[:, 0] + 1) / 2 * (wc - 1), (g[:, 1] + 1) / 2 * (hc - 1)
     x0, y0 = np.floor(ix).astype(np.int64), np.floor(iy).astype(np.int64)
     out = np.zeros((len(xy), c), np.float32)
+    plane = desc.reshape(c, hc * wc)
     for dx, dy in ((0, 0), (1, 0), (0, 1), (1, 1)):
         xs, ys = x0 + dx, y0 + dy
         weight = (1 - np.abs(ix - xs)) * (1 - np.abs(iy - ys))
         inside = (xs >= 0) & (xs < wc) & (ys >= 0) & (ys < hc)
-        out[inside] += weight[inside, None] * desc[:, ys[inside], xs[inside]].T
+        if inside.all():  # the usual case: no masked copies (the same sums)
+            out += weight[:, None] * np.take(plane, ys * wc + xs, axis=1).T
+        else:
+            out[inside] += weight[inside, None] * np.take(plane, ys[inside] * wc + xs[inside], axis=1).T
     return l2_normalize(out, 1, 1e-12)
 
 
@@ -177,11 +181,15 @@ def canonical(outputs: dict[str, np.ndarray], roles: dict[str, dict[str, Any]], 
 KEYPOINT_ATTRS = ("mode", "threshold", "fill", "border", "limit_y", "limit_x", "max_keypoints", "cell", "outputs")
 
 
-def extract(score: np.ndarray, desc: np.ndarray, attrs: D) -> list[np.ndarray]:
-    """:func:`select`, descriptors sampled there, formatted as ``attrs["outputs"]`` says."""
+def extract(score: np.ndarray, desc: np.ndarray, attrs: D, skip_descriptors: bool = False) -> list[np.ndarray]:
+    """:func:`select`, descriptors sampled there, formatted as ``attrs["outputs"]`` says.
+    ``skip_descriptors``: zeros in their place (a question about the selection alone)."""
     xy, scores = select(score, attrs)
     d = np.asarray(desc, np.float32)
-    sampled = sample_descriptors(xy.astype(np.float32), d.reshape(d.shape[-3:]), int(attrs["cell"]))
+    if skip_descriptors:
+        sampled = np.zeros((len(xy), d.shape[-3]), np.float32)
+    else:
+        sampled = sample_descriptors(xy.astype(np.float32), d.reshape(d.shape[-3:]), int(attrs["cell"]))
     h, w = np.asarray(score).shape[-2:]
     return format_outputs(xy, scores, sampled, list(attrs.get("outputs", HF_OUTPUTS)), h, w)
 

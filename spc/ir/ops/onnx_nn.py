@@ -1282,8 +1282,9 @@ def _grid_sample(x: np.ndarray, grid: np.ndarray, mode: str, padding: str, align
             pos, wk = taps_per_axis[a][k]
             index += pos * strides[a]
             weight = weight * wk
-        vals = np.take_along_axis(flat, index[:, None, :], axis=2)
-        acc += (weight[:, None, :] * vals).astype(work, copy=False)
+        for b in range(n):  # one index row per image: no (channels x points) index array is built
+            vals = np.take(flat[b], index[b], axis=1)
+            acc[b] += (weight[b][None, :] * vals).astype(work, copy=False)
     return acc.reshape(n, ch, *out).astype(x.dtype)
 
 

@@ -724,6 +724,11 @@ def _scatter_elements(ins: A, attrs: D) -> list[np.ndarray]:
     if idx.shape != upd.shape or idx.ndim != data.ndim or any(
             i > d for a, (i, d) in enumerate(zip(idx.shape, data.shape)) if a != axis):
         raise ValueError(f"ScatterElements: indices {idx.shape}, updates {upd.shape}, data {data.shape}")
+    if attrs.get("reduction", "none") == "none":
+        # numpy's own scatter along an axis (duplicates: the last in index order wins, as below)
+        out = data.copy()
+        np.put_along_axis(out, idx, upd.astype(data.dtype, copy=False), axis)
+        return [out]
     # every other axis indexes itself: broadcast aranges, the axis itself from idx
     r = idx.ndim
     key: list[np.ndarray] = [np.arange(n).reshape((-1,) + (1,) * (r - 1 - i)) for i, n in enumerate(idx.shape)]

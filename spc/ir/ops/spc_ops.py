@@ -73,14 +73,21 @@ def nms(scores: np.ndarray, radius: int, iterations: int) -> np.ndarray:
     A pixel survives if it equals its window maximum; each further iteration suppresses the
     windows of the survivors and admits new local maxima among what is left.
     """
+    return nms_rounds(scores, radius, iterations)[-1]
+
+
+def nms_rounds(scores: np.ndarray, radius: int, iterations: int) -> list[np.ndarray]:
+    """:func:`nms` after 0, 1, ... ``iterations`` rounds: each round continues the one before."""
     zeros = np.zeros_like(scores)
     max_mask = scores == window_max(scores, radius)
+    out = [np.where(max_mask, scores, zeros)]
     for _ in range(iterations):
         supp_mask = window_max(max_mask.astype(scores.dtype), radius) > 0
         supp_scores = np.where(supp_mask, zeros, scores)
         new_max = supp_scores == window_max(supp_scores, radius)
         max_mask = max_mask | (new_max & ~supp_mask)
-    return np.where(max_mask, scores, zeros)
+        out.append(np.where(max_mask, scores, zeros))
+    return out
 
 
 @register("spc.Nms", same_type, arity=(1, 1))
