@@ -147,7 +147,8 @@ def export(output: Path, height: int, width: int, channels: int, weights: str | 
            "spc -v compile superpoint.onnx -o sp.ttplan --memory-config 'encoder.*=l1:abh=2'"], name="compile")
 @click.argument("source", type=click.Path(path_type=Path), required=False)
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="plan file (.ttplan)")
-@click.option("--dump-dir", type=click.Path(path_type=Path), default=None, help="write NN-<pass>.ir/.dot + summary")
+@click.option("--dump-dir", type=click.Path(path_type=Path), default=None,
+              help="write NN-<pass>.ir/.dot/.onnx (.onnx: for Netron), NN-device-program.onnx + summary")
 @click.option("--print-ir-after-all", is_flag=True, help="print the IR after every pass (stderr)")
 @click.option("--stop-after", default=None, metavar="PASS", help="stop the pipeline after PASS (writes no plan)")
 @click.option("--nms-single-pass", is_flag=True, help="cheaper NMS without suppression rounds (changes results)")
@@ -282,11 +283,11 @@ def _files_of(paths: list[Path]) -> list[Path]:
     return out
 
 
-_DUMP_PATTERNS = ("[0-9][0-9]-*.ir", "[0-9][0-9]-*.dot", "[0-9][0-9]-*.txt", "summary.txt")
+_DUMP_PATTERNS = ("[0-9][0-9]-*.ir", "[0-9][0-9]-*.dot", "[0-9][0-9]-*.txt", "[0-9][0-9]-*.onnx", "summary.txt")
 
 
 def _check_dump_dir(dump_dir: Path, inputs: list[Path], overwrite: bool) -> None:
-    """--dump-dir replaces its own earlier dumps (NN-<pass>.ir/.dot/.txt, summary.txt): only with
+    """--dump-dir replaces its own earlier dumps (NN-<pass>.ir/.dot/.onnx/.txt, summary.txt): only with
     --overwrite, and never an input or the plan that happens to be named like one."""
     from spc.files import file_keys
 

@@ -28,6 +28,7 @@ from spc.passes.manager import (
     PassRecord,
     PipelineOptions,
     PrintAfterAll,
+    StageResult,
 )
 from spc.passes.pipeline import default_pipeline
 from spc.plan.io import write_plan
@@ -213,14 +214,15 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
 
     records: list[CallRecord] = []  # the planner's walk: the fit check and the predicted time read it
 
-    def choose_memory() -> tuple[dict, dict[str, int], dict[str, int], str]:
+    def choose_memory() -> StageResult:
         before = call_counts(program)
         planner = lowering.plan(program)
         ctx.notes[pass_notes:pass_notes] = planner.notes  # the planner's notes, before the lowering's
         records[:] = planner.records
-        return {"target": chip.name, **planner.stats}, before, call_counts(program), format_program(program)
+        return StageResult({"target": chip.name, **planner.stats}, before, call_counts(program),
+                           format_program(program), program, tensors)
 
-    pm.stage("choose-memory-config", choose_memory)
+    pm.stage("choose-memory-config", g, choose_memory)
     pm.close(g)
     data = src.read_bytes()
     metadata = model_metadata(data, src, ctx.notes)

@@ -154,6 +154,7 @@ class _Importer:
     def __init__(self, model, name: str, path: Path, opset: int) -> None:
         self.model, self.path, self.opset = model, path, opset
         self.g = Graph(name)
+        self.g.opset = opset
         self.env: dict[str, Value] = {}
         self.types: dict[str, TensorType] = {}
         # small values known at compile time (shape chains), used only to infer types; the

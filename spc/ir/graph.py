@@ -116,6 +116,9 @@ class Graph:
         self.inputs: list[Value] = []
         self.outputs: list[Value] = []
         self.constants: dict[str, Value] = {}
+        # the ONNX opset the graph was imported at: its onnx.* attributes are that version's
+        # (what ir/to_onnx.py exports them as); None for a graph parsed from text or built by hand
+        self.opset: int | None = None
         self._names: set[str] = set()
         self._node_names: set[str] = set()
 

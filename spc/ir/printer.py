@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -73,6 +74,37 @@ def format_decisions(n: Node) -> str:
         return ""
     spelled = "" if n.precision is None else " " + n.precision.spell(compute=n.op.name in MATRIX_OPS)
     return f" <{json.dumps(n.block)}{spelled}>"
+
+
+def decision_fields(n: Node) -> dict[str, str]:
+    """The same decisions by name, as the ONNX dumps' node metadata and the .dot labels show them:
+    placement, block, and the precision fields the op uses (the matrix engine's for MATRIX_OPS,
+    else only the stored format)."""
+    out: dict[str, str] = {}
+    if n.placement is not Placement.UNASSIGNED:
+        out["placement"] = n.placement.value
+    if n.block is not None:
+        out["block"] = n.block
+    p = n.precision
+    if p is not None:
+        if n.op.name in MATRIX_OPS:
+            out.update(weights_dtype=p.weights_dtype.value, math_fidelity=p.math_fidelity.value,
+                       fp32_dest_acc_en=format_number(p.fp32_dest_acc_en), packer_l1_acc=format_number(p.packer_l1_acc))
+        out["output_dtype"] = p.output_dtype.value
+    return out
+
+
+def stored_format(v: Value, stored: Mapping[str, str] | None = None) -> str | None:
+    """How the device stores ``v``: as the lowered program says (``stored``: format per device
+    tensor, which keeps its IR value's name), else its producer's chosen output format; None for a
+    value the host computes, or before choose-precision. The IR type stays the ONNX one (``f32``):
+    the host reads and writes it so."""
+    n = v.producer
+    if n is None or n.placement is not Placement.DEVICE:
+        return None
+    if stored is not None and v.name in stored:
+        return stored[v.name]
+    return None if n.precision is None else n.precision.output_dtype.value
 
 
 def const_line(v: Value) -> str:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from spc.errors import SpcError
 from spc.ir.graph import Graph
@@ -25,11 +25,31 @@ from spc.ir.verify import VerifyError, verify
 from spc.passes.explain import Attempt, Explainer
 from spc.ttnn.precision import PrecisionPlan
 
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+    from spc.plan.program import Program
+
 
 @dataclass
 class PassResult:
     modified: bool
     stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StageResult:
+    """What a stage on the lowered program leaves: its stats, the op (call) counts before and after,
+    its result as text (the dumps' ``NN-<name>.txt``) and, for instruments that show it, the
+    program itself with the plan's tensors (the dumps' device-program graph)."""
+
+    stats: dict[str, Any]
+    ops_before: dict[str, int]
+    ops_after: dict[str, int]
+    text: str
+    program: Program | None = None
+    tensors: Mapping[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -71,7 +91,7 @@ class Pass:
 class Instrument:
     def before_all(self, g: Graph) -> None: ...
     def after_pass(self, index: int, p: Pass, g: Graph, result: PassResult, seconds: float) -> None: ...
-    def after_stage(self, record: PassRecord, text: str) -> None: ...
+    def after_stage(self, record: PassRecord, g: Graph, result: StageResult) -> None: ...
     def after_all(self, g: Graph, records: list[PassRecord]) -> None: ...
 
 
@@ -124,15 +144,17 @@ class PassManager:
             raise PassError(f"pass {name} cannot run again: it has not run in this pipeline")
         return self._run_one(p, g, ctx, ran, record=record)
 
-    def stage(self, name: str, fn: Callable[[], tuple[dict[str, Any], dict[str, int], dict[str, int], str]]) -> None:
-        """Record a stage after the graph passes: ``fn`` returns its stats, the op counts before and
-        after, and its result as text (the dumps show it as ``NN-<name>.txt``)."""
+    def stage(self, name: str, g: Graph, fn: Callable[[], StageResult]) -> None:
+        """Record a stage after the graph passes, on what was lowered from ``g``: ``fn`` runs it
+        (the instruments are shown ``g`` beside its result)."""
         t0 = time.perf_counter()
-        stats, before, after, text = fn()
-        rec = PassRecord(len(self.records) + 1, name, time.perf_counter() - t0, before != after, stats, before, after)
+        result = fn()
+        before, after = result.ops_before, result.ops_after
+        rec = PassRecord(len(self.records) + 1, name, time.perf_counter() - t0, before != after, result.stats,
+                         before, after)
         self.records.append(rec)
         for inst in self.instruments:
-            self._safe(inst.after_stage, rec, text)
+            self._safe(inst.after_stage, rec, g, result)
 
     def close(self, g: Graph) -> None:
         """The run is over: instruments write what covers all of it (the dump's summary)."""
@@ -183,21 +205,24 @@ class PrintAfterAll(Instrument):
               file=self.stream)
         print(str(g), file=self.stream)
 
-    def after_stage(self, record: PassRecord, text: str) -> None:
+    def after_stage(self, record: PassRecord, g: Graph, result: StageResult) -> None:
         print(f"// ----- after {record.name} -----", file=self.stream)
-        print(text, file=self.stream)
+        print(result.text, file=self.stream)
 
 
 class DumpDir(Instrument):
-    """``--dump-dir DIR``: ``NN-<pass>.ir`` and ``NN-<pass>.dot`` per pass, ``NN-<stage>.txt`` per
-    stage on the lowered program, and a summary."""
+    """``--dump-dir DIR``: per pass ``NN-<pass>.ir`` (the IR text), ``NN-<pass>.dot`` (Graphviz) and
+    ``NN-<pass>.onnx`` (the IR as ONNX, for Netron: ir/to_onnx.py); per stage on the lowered program
+    ``NN-<stage>.txt`` and, when it shows the program, the IR's .dot and .onnx with the program's
+    choices (memory, stored formats) and ``NN-device-program.onnx``, the ttnn calls as a graph
+    (plan/to_onnx.py); a summary."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
 
     def before_all(self, g: Graph) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        for old in [f for ext in ("ir", "dot", "txt") for f in self.folder.glob(f"[0-9][0-9]-*.{ext}")]:
+        for old in [f for ext in ("ir", "dot", "txt", "onnx") for f in self.folder.glob(f"[0-9][0-9]-*.{ext}")]:
             old.unlink()  # only our own files, so a stale dump cannot be mistaken for this run's
         self._write(0, "input", g)
 
@@ -205,13 +230,37 @@ class DumpDir(Instrument):
         self._write(index, p.name, g)
 
     def _write(self, index: int, name: str, g: Graph) -> None:
-        from spc.ir.dot import to_dot
-
         (self.folder / f"{index:02d}-{name}.ir").write_text(str(g))
-        (self.folder / f"{index:02d}-{name}.dot").write_text(to_dot(g))
+        self._views(index, name, g)
 
-    def after_stage(self, record: PassRecord, text: str) -> None:
-        (self.folder / f"{record.index:02d}-{record.name}.txt").write_text(text)
+    def _views(self, index: int, name: str, g: Graph, notes: Mapping[str, Mapping[str, str]] | None = None,
+               stored: Mapping[str, str] | None = None) -> None:
+        from spc.ir.dot import to_dot
+        from spc.ir.to_onnx import to_onnx
+
+        (self.folder / f"{index:02d}-{name}.dot").write_text(to_dot(g, notes, stored))
+        self._save(f"{index:02d}-{name}.onnx", lambda: to_onnx(g, notes, stored, doc=f"spc: the IR after {name}"))
+
+    def _save(self, file: str, build: Callable[[], onnx.ModelProto]) -> None:
+        path = self.folder / file
+        try:
+            data = build().SerializeToString()  # protobuf refuses a model over 2 GB
+        except Exception as exc:  # a view that cannot be built must not fail the compile, nor hide the others
+            print(f"warning: {path}: not written ({type(exc).__name__}: {exc}); the .ir and .dot dumps are",
+                  file=sys.stderr)
+            return
+        path.write_bytes(data)
+
+    def after_stage(self, record: PassRecord, g: Graph, result: StageResult) -> None:
+        (self.folder / f"{record.index:02d}-{record.name}.txt").write_text(result.text)
+        program = result.program
+        if program is None:
+            return
+        from spc.plan.to_onnx import ir_notes, program_to_onnx
+
+        notes, stored = ir_notes(program)
+        self._views(record.index, record.name, g, notes, stored)
+        self._save(f"{record.index:02d}-device-program.onnx", lambda: program_to_onnx(program, result.tensors))
 
     def after_all(self, g: Graph, records: list[PassRecord]) -> None:
         (self.folder / "summary.txt").write_text(format_summary(records))

@@ -9,7 +9,16 @@ import numpy as np
 import pytest
 
 from spc.passes.choose_precision import ChoosePrecision
-from spc.passes.manager import DumpDir, Pass, PassContext, PassError, PassManager, PassResult, PipelineOptions
+from spc.passes.manager import (
+    DumpDir,
+    Pass,
+    PassContext,
+    PassError,
+    PassManager,
+    PassResult,
+    PipelineOptions,
+    StageResult,
+)
 from spc.ttnn.formats import MathFidelity
 from spc.ttnn.precision import PrecisionPlan
 from tests.conftest import ir
@@ -57,7 +66,7 @@ def test_a_rerun_is_verified_and_recorded_and_a_stage_is_dumped(tmp_path: Path) 
     pm.rerun("choose-precision", g, PassContext(PipelineOptions(precision=PrecisionPlan("balanced"))))
     assert [r.name for r in pm.records] == ["nothing", "choose-precision", "choose-precision"]
     assert '#enc @device <"w" w:bfloat16 HiFi2' in (tmp_path / "03-choose-precision.ir").read_text()
-    pm.stage("lowered-thing", lambda: ({"calls": 1}, {"a": 1}, {"a": 1, "b": 1}, "the result\n"))
+    pm.stage("lowered-thing", g, lambda: StageResult({"calls": 1}, {"a": 1}, {"a": 1, "b": 1}, "the result\n"))
     pm.close(g)
     assert (tmp_path / "04-lowered-thing.txt").read_text() == "the result\n"
     summary = (tmp_path / "summary.txt").read_text()
