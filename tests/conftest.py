@@ -1,8 +1,23 @@
-"""Shared fixtures: a real SuperPoint export at a small size, compiled once per test session."""
+"""Shared fixtures: a real SuperPoint export at a small size, compiled once per test session.
+
+The suite runs on two pytest-xdist workers (pyproject.toml: ``-n 2 --dist loadgroup``). Session
+fixtures are made once per worker; the torch exports they start from once for all (``_export``).
+A module whose module-scoped fixtures are costly runs on one worker (``GROUPS``), the rest test
+by test on whichever worker is free.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import functools
+import hashlib
 import os
+import pickle
+import shutil
+import sys
+from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +37,166 @@ def ir(text: str, **weights: np.ndarray) -> Graph:
     return g
 
 
+# Modules (or tests) kept on one worker, in file order, each a group: their module-scoped
+# fixtures (a wheel and its venvs, compiles) are made once. Longest first: a worker starts on
+# them while the other takes the tests one by one.
+# (xdist's own xdist_group mark does not group under pytest 9: it renames item._nodeid, which
+# pytest 9 no longer reads.)
+GROUPS = {
+    "tests/test_wheel.py": "wheel",  # builds the wheel, two venvs, runs the README from them
+    "tests/test_fuzz.py": "fuzz",  # compiles three plan variants
+    "tests/kernels/test_nms_kernels.py": "nms-kernels",  # compiles four plans
+    "tests/test_run_outputs.py": "run-outputs",  # runs the small plan on two images three ways
+    "tests/test_emit_py_injection.py": "emit-py",  # emits and runs the clean program
+    "tests/test_corpus.py": "corpus",  # compiles every export of the corpus
+    # one module-level RNG draws every test's data: the tests see the data they were written
+    # against only when they run in file order, in one process
+    "tests/test_lowering.py": "lowering",
+    "tests/test_frontend.py": "frontend",
+    "tests/passes/test_conv_passes.py": "conv-passes",
+}
+_ORDER = list(dict.fromkeys(GROUPS.values()))
+
+
+def group_of(nodeid: str) -> str | None:
+    for prefix, group in GROUPS.items():
+        if nodeid == prefix or nodeid.startswith((prefix + "::", prefix + "[")):
+            return group
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a worker: the groups first, in ``GROUPS``' order (the scheduler hands out work in
+    collection order); both workers collect the same order."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: _ORDER.index(g) if (g := group_of(item.nodeid)) else len(_ORDER))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
+    """``--dist loadgroup`` with the groups above: a group is one unit of work, every other test
+    its own; units go out in collection order."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class Groups(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid) or super()._split_scope(nodeid)
+
+    config.option.loadscopereorder = False  # not by size: in collection order
+    return Groups(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # With workers (-n 2 on 2 cores), one thread each: with torch's default of a thread per core,
+    # two workers' threads spin waiting for each other's cores (test_api, test_cli and
+    # test_fuse_keypoints: 54 s of CPU and 72 s of wall time, against 28 s and 58 s). Set before
+    # the workers start, so that they and the processes they start inherit it.
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ.setdefault(var, "1")
+    # before the conformance modules are collected: onnx's cases from the cache (_cached_node_cases)
+    import onnx.backend.test.case.node as node_cases
+
+    global _collect_testcases
+    if node_cases.collect_testcases is not _cached_node_cases:
+        _collect_testcases = node_cases.collect_testcases
+        node_cases.collect_testcases = _cached_node_cases
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Fetch the demo weights once, before the workers start, so that two of them never download
+    them into the same folder at once (a no-op when they are in the cache already)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    from spc.errors import SpcError
+    from spc.frontend.weights import demo_weights_path
+
+    with contextlib.suppress(SpcError, OSError):  # offline: the tests that need them say so
+        demo_weights_path()
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` across processes (the workers of this run and other runs)."""
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@functools.cache
+def _export_key() -> str:
+    """What `spc export` writes depends on: its code, the weights, spc's version, the exporters."""
+    import spc
+    from spc.files import file_sha256
+    from spc.frontend import export, weights
+
+    h = hashlib.sha256()
+    for source in (export.__file__, weights.__file__):
+        h.update(Path(source).read_bytes())
+    h.update(file_sha256(weights.demo_weights_path()).encode())
+    h.update(" ".join([spc.__version__, *(metadata.version(p) for p in ("torch", "transformers", "onnxscript",
+                                                                       "onnx"))]).encode())
+    return h.hexdigest()[:16]
+
+
+def _export(h: int, w: int, dest: Path, max_keypoints: int | None = None) -> Path:
+    """`spc export` at h x w (``max_keypoints`` as ``--max-keypoints``) into ``dest``: the same
+    bytes as exporting there, as the export is deterministic (test_say_what_it_is exports afresh
+    each run and compares). An export takes torch 7-20 s, so the file is made once and kept in
+    spc's cache folder (``$SPC_CACHE`` or ~/.cache/spc, tests/), keyed by what it depends on;
+    under a lock, so that of the workers (and of runs side by side) one exports while the others
+    wait for its file."""
+    from spc.frontend.export import export_onnx
+    from spc.frontend.weights import cache_dir
+
+    folder = cache_dir() / "tests"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"sp_{h}x{w}" + ("" if max_keypoints is None else f"_top{max_keypoints}")
+    kept = folder / f"{name}_{_export_key()}.onnx"
+    with _locked(folder / f"{name}.lock"):
+        if not kept.exists():
+            export_onnx(kept, h, w, max_keypoints=max_keypoints)
+            for old in folder.glob(f"{name}_{'[0-9a-f]' * 16}.onnx"):  # made by other code
+                if old != kept:
+                    old.unlink(missing_ok=True)
+        shutil.copyfile(kept, dest)
+    return dest
+
+
+def _cached_node_cases(op_type: str | None = None) -> list:
+    """onnx's node conformance cases (``collect_testcases``), which spc/frontend/conformance.py
+    reads when test_onnx_conformance and test_device_conformance are collected: made once per
+    onnx, numpy and protobuf version and kept in spc's cache folder. Making them runs onnx's
+    reference ops for every expected output (11-17 s, in each worker); onnx seeds numpy before
+    each case, so the cases are the same bytes every time."""
+    if op_type is not None:
+        return _collect_testcases(op_type)
+    return _node_cases()
+
+
+@functools.cache
+def _node_cases() -> list:
+    from spc.files import atomic_write
+    from spc.frontend.weights import cache_dir
+
+    versions = [sys.version.split()[0], *(metadata.version(p) for p in ("onnx", "numpy", "protobuf"))]
+    folder = cache_dir() / "tests"
+    folder.mkdir(parents=True, exist_ok=True)
+    kept = folder / f"onnx-node-cases_{hashlib.sha256(' '.join(versions).encode()).hexdigest()[:16]}.pickle"
+    with _locked(folder / "onnx-node-cases.lock"):
+        if kept.exists():
+            with contextlib.suppress(Exception):  # a damaged file is made again
+                return pickle.loads(kept.read_bytes())
+        found = _collect_testcases()
+        with contextlib.suppress(OSError):  # a read-only cache: made again next time
+            atomic_write(kept, pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL))
+    return found
+
+
 @pytest.fixture(scope="session")
 def ttnn_python() -> str:
     """The Python 3.12 environment with ttnn 0.81.1 (mock p150); missing it fails, never skips."""
@@ -33,23 +208,21 @@ def ttnn_python() -> str:
 
 @pytest.fixture(scope="session")
 def small_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from spc.frontend.export import export_onnx
-
-    return export_onnx(tmp_path_factory.mktemp("export") / "sp.onnx", *SMALL)
+    return _export(*SMALL, tmp_path_factory.mktemp("export") / "sp.onnx")
 
 
 @pytest.fixture(scope="session")
 def exports(tmp_path_factory: pytest.TempPathFactory):
-    """export(h, w) -> the HF model exported at that size, once per session."""
-    from spc.frontend.export import export_onnx
-
+    """export(h, w, max_keypoints=None) -> the HF model exported so, once per session."""
     folder = tmp_path_factory.mktemp("exports")
-    done: dict[tuple[int, int], Path] = {}
+    done: dict[tuple[int, int, int | None], Path] = {}
 
-    def export(h: int, w: int) -> Path:
-        if (h, w) not in done:
-            done[(h, w)] = export_onnx(folder / f"sp_{h}x{w}.onnx", h, w)
-        return done[(h, w)]
+    def export(h: int, w: int, max_keypoints: int | None = None) -> Path:
+        key = (h, w, max_keypoints)
+        if key not in done:
+            top = "" if max_keypoints is None else f"_top{max_keypoints}"
+            done[key] = _export(h, w, folder / f"sp_{h}x{w}{top}.onnx", max_keypoints)
+        return done[key]
 
     return export
 

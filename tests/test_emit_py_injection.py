@@ -30,6 +30,7 @@ import pytest
 
 from spc.errors import SpcError
 from spc.plan.io import Plan, read_plan
+from spc.plan.schema import MAX_NAME
 from spc.tools.emit_py import RESERVED, Names, literal, render
 from spc.ttnn.calls import Attr, Call, Ref
 from tests.test_cli import spc
@@ -86,11 +87,17 @@ def payload(marker: Path) -> str:
     return f"__import__('pathlib').Path({str(marker)!r}).touch()"
 
 
+def long_name(p: str) -> str:
+    """A name as long as a plan may hold (with MARK and a number before it), ending in ``p``: as long
+    whatever folder the marker is in (a longer pytest temporary folder must not push it past)."""
+    return "A" * (MAX_NAME - 16 - len(p)) + p
+
+
 def printable_fragments(p: str) -> list[str]:
     """Break-outs with printable characters only (what any check of names lets through)."""
     return [f'"""; {p}; """', f"'''; {p}; '''", f'"); {p}; ("', f"'); {p}; ('", f"]); {p}; ([", f"# {p}",
             "\\", f"\\'; {p}; '", f'\\"; {p}; "', "{" + p + "}", "{0}{1!r}{x.__class__}", "{{}}", "${" + p + "}",
-            f"a b; {p}", f"x=1, y={p}", "\\N{BULLET}", f"%s%(x)s; {p}", "é ﬁ Ω", "A" * 400 + p,
+            f"a b; {p}", f"x=1, y={p}", "\\N{BULLET}", f"%s%(x)s; {p}", "é ﬁ Ω", long_name(p),
             f"}}}}\"\"\"\n'''; {p}".replace("\n", " "), f"`{p}`", f"*/{p}/*", "<!--", "ttnn.relu; " + p]
 
 

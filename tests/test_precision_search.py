@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,21 +14,41 @@ from spc.tuning.thresholds import Thresholds
 BLOCKS = ["enc.a", "enc.b", "head"]
 
 
-def synthetic(sensitive: dict[str, int]):
+class Synthetic:
     """Cost: phases + weight bytes per block. Accuracy: a block loses F1 when its fidelity has
-    fewer phases than ``sensitive[block]``, or when its weights are block-float."""
-    def score(plan: PrecisionPlan) -> Score:
-        cost, f1 = 0.0, 0.98
+    fewer phases than ``sensitive[block]``, or when its weights are block-float. Counts what it scores."""
+
+    def __init__(self, sensitive: dict[str, int], scale: dict[str, float] | None = None) -> None:
+        self.sensitive = sensitive
+        self.scale = scale or {}  # a block's share of the cost
+        self.scored: list[PrecisionPlan] = []
+        self.bases: list[PrecisionPlan] = []
+
+    def predict(self, plan: PrecisionPlan) -> float:
+        return sum(self.scale.get(b, 1.0) * (plan.for_block(b).math_fidelity.phases
+                                             + 2 * plan.for_block(b).weights_dtype.bytes_per_value) for b in BLOCKS)
+
+    def __call__(self, plan: PrecisionPlan, hopeless=None, cheaper_than=None) -> Score:  # type: ignore[no-untyped-def]
+        f1 = 0.98
         for b in BLOCKS:
             p = plan.for_block(b)
-            cost += p.math_fidelity.phases + 2 * p.weights_dtype.bytes_per_value
-            if p.math_fidelity.phases < sensitive.get(b, 1):
+            if p.math_fidelity.phases < self.sensitive.get(b, 1):
                 f1 -= 0.05
-            if p.weights_dtype.block_float_bits and b in sensitive:
+            if p.weights_dtype.block_float_bits and b in self.sensitive:
                 f1 -= 0.05
+        cost = self.predict(plan)
+        if cheaper_than is not None and cost >= cheaper_than:
+            return Score.partial({}, 2, cost)
+        self.scored.append(plan)
         return Score(f1=f1, descriptor_pcc=0.999, score_pcc=0.999, device_ms=cost, f1s=(f1, f1 + 0.01),
                      descriptor_pccs=(0.999, 0.999))
-    return score
+
+    def base(self, plan: PrecisionPlan) -> None:
+        self.bases.append(plan)
+
+
+def synthetic(sensitive: dict[str, int]) -> Synthetic:
+    return Synthetic(sensitive)
 
 
 def test_keeps_sensitive_blocks_and_cheapens_the_rest() -> None:
@@ -85,6 +106,74 @@ def test_real_scorer_on_the_small_export(small_onnx: Path) -> None:
     assert fast.score_pcc < accurate.score_pcc  # the demo weights do not survive LoFi + bfp8
     with pytest.raises(Exception, match="not a preset"):
         PrecisionPlan("auto")
+
+
+def test_a_block_that_needs_accurate_costs_three_trials_not_six() -> None:
+    """Settings no more precise than a failing one are not tried; probing starts mid-way."""
+    scorer = synthetic({"head": 4})
+    search_plans(BLOCKS, scorer, Thresholds(), log=lambda s: None)
+    head = [p for p in scorer.scored if [r[0] for r in p.rules] == ["head"]]
+    assert len(head) == 3  # bfp8 HiFi2, bf16 HiFi2, bf16 HiFi3: each rules out the less precise ones
+    assert scorer.bases == [PrecisionPlan("accurate")]  # balanced fails: the trials start from accurate
+
+
+def test_blocks_that_cannot_save_enough_are_not_tried() -> None:
+    scorer = Synthetic({"head": 4}, scale={"enc.a": 1.0, "enc.b": 0.0001, "head": 2.0})
+    lines: list[str] = []
+    result = search_plans(BLOCKS, scorer, Thresholds(), log=lines.append)
+    skipped = [line for line in lines if "skip" in line and "enc.b" in line]
+    assert 0 < len(skipped) < 6  # saves < MIN_SAVING: not emulated, nor the dearer options after it
+    assert not any("enc.b" in [r[0] for r in p.rules] for p in scorer.scored)
+    assert result.plan.for_block("enc.b") == PrecisionPlan("accurate").for_block("enc.b")
+    assert result.plan.for_block("enc.a").math_fidelity.value == "LoFi"
+
+
+class Exclusive(Synthetic):
+    """enc.a and enc.b each pass alone but not together (nor under a cheaper preset)."""
+
+    def __call__(self, plan: PrecisionPlan, hopeless=None, cheaper_than=None) -> Score:  # type: ignore[no-untyped-def]
+        s = super().__call__(plan, hopeless, cheaper_than)
+        both = all(plan.for_block(b) != PrecisionPlan("accurate").for_block(b) for b in ("enc.a", "enc.b"))
+        bad = both or plan.preset != "accurate"
+        return replace(s, f1s=tuple(f - 0.05 * bad for f in s.f1s)) if s.f1s else s
+
+
+def test_combination_adds_biggest_saving_first_from_each_kept_plan() -> None:
+    scorer = Exclusive({}, scale={"enc.a": 1.0, "enc.b": 2.0, "head": 1.0})
+    result = search_plans(BLOCKS, scorer, Thresholds(), log=lambda s: None)
+    assert [r[0] for r in result.plan.rules] == ["enc.b", "head"]  # enc.b saves more than enc.a
+    assert [[r[0] for r in p.rules] for p in scorer.bases] == [[], ["enc.b"], ["enc.b", "head"]]
+
+
+def test_fast_is_not_tried_when_balanced_fails() -> None:
+    scorer = synthetic({"enc.a": 4})
+    search_plans(BLOCKS, scorer, Thresholds(), log=lambda s: None)
+    assert PrecisionPlan("fast") not in scorer.scored and PrecisionPlan("balanced") in scorer.scored
+
+
+def test_hopeless_partial_scores_fail_and_stop(small_onnx: Path) -> None:
+    """A trial stops at the first input that rules it out; an unfinished trial never passes."""
+    from spc.compiler import Lowering
+    from spc.frontend.onnx_import import import_onnx
+    from spc.passes.manager import PassContext, PassManager, PipelineOptions
+    from spc.passes.pipeline import default_pipeline
+    from spc.ttnn.targets import get_target
+    from spc.tuning.precision_search import CALIBRATION_DIR, Evaluator, calibration_inputs
+
+    g = import_onnx(small_onnx)
+    pm = PassManager(default_pipeline())
+    pm.run(g, PassContext())
+    evaluate = Evaluator(g, small_onnx, calibration_inputs(CALIBRATION_DIR, [1, 3, 120, 160]),
+                         lambda plan: pm.rerun("choose-precision", g, PassContext(PipelineOptions(precision=plan)),
+                                               record=False),
+                         Lowering(small_onnx, get_target("p150")).trial)
+    fast = evaluate(PrecisionPlan("fast"), hopeless=lambda s: True)
+    assert not fast.complete and len(fast.f1s) == 1 and evaluate.stats["frames"] == 1
+    assert evaluate.failures[fast.inputs[0]] == 1  # that input runs first from now on
+    again = evaluate(PrecisionPlan("fast"), hopeless=lambda s: True)
+    assert again == fast and evaluate.stats["frames"] == 1  # the same program is not scored twice
+    skipped = evaluate(PrecisionPlan("fast"), cheaper_than=0.0)
+    assert not skipped.complete and skipped.f1s == () and evaluate.stats["frames"] == 1
 
 
 def test_trials_are_lowered_and_planned_as_the_compile_does(small_onnx: Path, tmp_path: Path,

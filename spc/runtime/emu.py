@@ -6,18 +6,30 @@ device program; ``run`` only replays the bound calls.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import math
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from spc.errors import SpcError
 from spc.plan.program import Program, TtOp
-from spc.runtime.emu_ops import EMULATIONS, STORED_BY_EMULATION, prepare_weight
+from spc.runtime.emu_ops import (
+    EMULATIONS,
+    MASKS,
+    MOVES_VALUES,
+    OF_STORED,
+    REFERENCE_EMULATIONS,
+    STORED_BY_EMULATION,
+    prepare_weight,
+)
 from spc.ttnn.formats import DataFormat
-from spc.ttnn.numerics import round_storage
+from spc.ttnn.numerics import round_storage, round_storage_reference
 
 
 @dataclass
@@ -26,25 +38,78 @@ class _Bound:
     fn: Callable[[list[torch.Tensor]], torch.Tensor]
 
 
-def _stored(result: torch.Tensor | tuple[torch.Tensor, ...],
-            fmt: DataFormat) -> torch.Tensor | tuple[torch.Tensor, ...]:
+@functools.cache
+def _keep_working_memory() -> None:
+    """Serve large tensors from the heap and keep it. glibc maps every allocation over 32 MB
+    afresh and unmaps it when freed, so each of a frame's large tensors faults its pages in again
+    (a quarter of a frame at 480x640); onnxruntime keeps an arena for the same reason.
+    Process-wide, once; the heap then holds the largest frame's working set. Not glibc: nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        m_mmap_max, m_trim_threshold = -4, -1  # malloc.h
+        libc.mallopt(m_mmap_max, 0)  # no separate mappings: large blocks come from the heap
+        libc.mallopt(m_trim_threshold, 1 << 30)  # and freed ones stay there for the next frame
+    except (OSError, AttributeError):  # another C library
+        return
+
+
+def _stored(result: torch.Tensor | tuple[torch.Tensor, ...], fmt: DataFormat,
+            store: Callable[[torch.Tensor, DataFormat], torch.Tensor] = round_storage
+            ) -> torch.Tensor | tuple[torch.Tensor, ...]:
     if isinstance(result, tuple):  # a call with several results (a multi-output kernel)
-        return tuple(round_storage(r, fmt) for r in result)
-    return round_storage(result, fmt)
+        return tuple(store(r, fmt) for r in result)
+    return store(result, fmt)
+
+
+def _stored_unless_nan(result: torch.Tensor, fmt: DataFormat) -> torch.Tensor:
+    """A selection of stored values is stored already, except a NaN's bits, which torch's
+    kernels may respell; a sum (one read) finds any NaN (and, harmlessly, inf - inf)."""
+    return round_storage(result, fmt) if torch.isnan(result.sum()) else result
+
+
+def _storage_is_identity(op: TtOp, stored_in: dict[str, DataFormat | None]) -> bool:
+    """Whether storing ``op``'s result in ``op.dtype`` cannot change it: 0/1 masks (exact in bf16
+    and fp32), or a selection among inputs already stored in that format."""
+    if op.dtype is not DataFormat.BFLOAT16:
+        return False  # fp32 storage costs nothing; block-float rows may share an exponent with a new value
+    return op.op in MASKS or (op.op in MOVES_VALUES and all(stored_in.get(i) is op.dtype for i in op.inputs))
+
+
+def _result_format(op: TtOp, stored_in: dict[str, DataFormat | None]) -> DataFormat | None:
+    """The format ``op``'s results are stored in, if known."""
+    if op.op not in STORED_BY_EMULATION:
+        return op.dtype  # the program stores them so (_stored)
+    if op.op == "ttnn.conv2d":
+        return op.args.get("dtype")  # the conv model packs its result so
+    formats = {stored_in.get(i) for i in op.inputs}
+    if op.op in MOVES_VALUES and len(formats) == 1:
+        return formats.pop()  # the inputs' values, moved
+    return None  # a pad's fill, a topk's positions, ...
 
 
 class EmuProgram:
-    def __init__(self, program: Program, weights: dict[str, np.ndarray]) -> None:
+    """The bound calls of ``program``. ``reference``: the emulator as the spec spells it (every
+    call's reference emulation and rounding, no storage skipped), to hold the fast paths to."""
+
+    def __init__(self, program: Program, weights: dict[str, np.ndarray], reference: bool = False) -> None:
         torch.set_grad_enabled(False)
+        _keep_working_memory()
         self.program = program
         self.calls: list[_Bound] = []
+        store = round_storage_reference if reference else round_storage
         try:  # put on the device once, in their storage format, as the ttnn backends do
-            self.constants = {c.name: round_storage(torch.from_numpy(np.array(weights[c.weight], np.float32))
-                                                    .reshape(c.device_shape), c.dtype) for c in program.constants}
+            self.constants = {c.name: store(torch.from_numpy(np.array(weights[c.weight], np.float32))
+                                            .reshape(c.device_shape), c.dtype) for c in program.constants}
         except KeyError as exc:
             raise SpcError(f"plan is missing the constant {exc}") from None
+        # the format each tensor's values are known to be stored in (round_storage leaves them as they
+        # are): the device inputs as run() stores them, the constants, then each call's results
+        stored_in: dict[str, DataFormat | None] = {t.name: DataFormat.BFLOAT16 for t in program.device_inputs}
+        stored_in.update({c.name: c.dtype for c in program.constants})
         for op in program.device_ops:
-            emulation = EMULATIONS.get(op.op)
+            emulation = (REFERENCE_EMULATIONS.get(op.op) if reference else None) or EMULATIONS.get(op.op)
             if emulation is None:
                 raise SpcError(f"the emu backend cannot run {op.op} (from {op.source})")
             conv_config = op.args.get("conv_config")
@@ -55,9 +120,15 @@ class EmuProgram:
                 raise SpcError(f"plan is missing weight {exc} for {op.source}") from None
             if op.op in STORED_BY_EMULATION:
                 fn = lambda ins, e=emulation, w=bound, a=op.args: e(ins, w, a)
+            elif reference or not _storage_is_identity(op, stored_in):
+                fn = lambda ins, e=emulation, w=bound, a=op.args, d=op.dtype, s=store: _stored(e(ins, w, a), d, s)
+            elif op.op in MASKS:
+                fn = lambda ins, e=emulation, w=bound, a=op.args: e(ins, w, a)
             else:
-                fn = lambda ins, e=emulation, w=bound, a=op.args, d=op.dtype: _stored(e(ins, w, a), d)
+                emulation = OF_STORED.get(op.op, emulation)
+                fn = lambda ins, e=emulation, w=bound, a=op.args, d=op.dtype: _stored_unless_nan(e(ins, w, a), d)
             self.calls.append(_Bound(op, fn))
+            stored_in.update(dict.fromkeys(op.results, _result_format(op, stored_in)))
 
     def run(self, inputs: dict[str, np.ndarray], read: list[str]) -> dict[str, np.ndarray]:
         env = {k: round_storage(torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)),
@@ -84,6 +155,45 @@ class EmuProgram:
             op.bind(env, result)
         return {name: env[name].numpy() for name in read}
 
+    # Resuming from kept results (the precision search, tuning/reuse.py): trials that change one
+    # block compute the same tensors as an earlier run up to there, so those calls are not re-run.
+
+    def environment(self, inputs: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """The tensors a run starts from, as :meth:`run` makes them: the device inputs as stored
+        (bf16) and the constants."""
+        env = {k: round_storage(torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)), DataFormat.BFLOAT16)
+               for k, v in inputs.items()}
+        env.update(self.constants)
+        return env
+
+    def resume(self, env: dict[str, torch.Tensor], done: Mapping[int, Any],
+               kept: list[Any] | None = None) -> dict[str, torch.Tensor]:
+        """Run the calls on ``env`` (from :meth:`environment`) in order, taking call ``i``'s result
+        from ``done[i]`` instead of computing it (the caller vouches it is what the call makes);
+        every call's result, computed or given, is appended to ``kept`` if given. Returns ``env``."""
+        for i, call in enumerate(self.calls):
+            op = call.op
+            if i in done:
+                result = done[i]
+            else:
+                try:
+                    result = call.fn([env[name] for name in op.inputs])
+                except (RuntimeError, ValueError, IndexError, TypeError, KeyError, ZeroDivisionError,
+                        OverflowError, MemoryError) as exc:
+                    raise SpcError(f"call {i} ({op.op}, {op.block or op.source}) fails on the emulator: "
+                                   f"{type(exc).__name__}: {str(exc)[:160]}; the plan is inconsistent, "
+                                   "recompile it") from None
+                if op.op != "spc.kernel":
+                    results = result if isinstance(result, tuple) else (result,)
+                    if any(r.numel() != math.prod(op.shape) for r in results):
+                        raise SpcError(f"call {i} ({op.op}, {op.block or op.source}) makes "
+                                       f"{[list(r.shape) for r in results]}, not the {op.shape} the plan "
+                                       "declares; recompile it")
+            op.bind(env, result)
+            if kept is not None:
+                kept.append(result)
+        return env
+
     def close(self) -> None:
         self.calls.clear()
 
@@ -93,3 +203,36 @@ class EmuBackend:
 
     def prepare(self, program: Program, weights: dict[str, np.ndarray]) -> EmuProgram:
         return EmuProgram(program, weights)
+
+
+class PreparedOnce:
+    """While entered, every EmuProgram made prepares a weight (by its bytes) in a format once and
+    shares the tensor with the programs made before it, as a device keeps the weights it was
+    given. For the precision search (tuning/), whose trial programs differ in a block or two:
+    preparing every other weight again was most of what a trial spent besides its calls. It
+    stands in for this module's ``prepare_weight`` (what ``EmuProgram.__init__`` calls) meanwhile."""
+
+    def __init__(self) -> None:
+        self.cache: dict[tuple[bytes, str, tuple[int, ...], DataFormat], torch.Tensor] = {}
+        self.prepared = 0  # how many were prepared (the rest were shared)
+
+    def __enter__(self) -> PreparedOnce:
+        import hashlib
+
+        global prepare_weight
+        plain = self._plain = prepare_weight
+
+        def once(array: np.ndarray, dtype: DataFormat) -> torch.Tensor:
+            a = np.ascontiguousarray(array)
+            key = (hashlib.blake2b(a.tobytes(), digest_size=20).digest(), a.dtype.str, a.shape, dtype)
+            if key not in self.cache:
+                self.cache[key] = plain(array, dtype)
+                self.prepared += 1
+            return self.cache[key]
+
+        prepare_weight = once
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global prepare_weight
+        prepare_weight = self._plain

@@ -10,6 +10,7 @@ prepares conv weights once before tracing.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -19,10 +20,13 @@ import torch.nn.functional as F
 
 from spc.ttnn.configs import Activation
 from spc.ttnn.formats import DataFormat
-from spc.ttnn.numerics import conv2d_device, conv_weight_storage, round_storage
+from spc.ttnn.numerics import conv2d_device, conv2d_device_reference, conv_weight_storage, round_storage
 
 Emulation = Callable[[list[torch.Tensor], dict[str, torch.Tensor], dict[str, Any]], torch.Tensor]
 EMULATIONS: dict[str, Emulation] = {}
+# The spec of the calls whose emulation above is a faster spelling of the same bits (the
+# emulator's reference run, emu.py: EmuProgram(..., reference=True); tests/test_emu_fast_paths.py)
+REFERENCE_EMULATIONS: dict[str, Emulation] = {}
 
 
 def emulates(name: str) -> Callable[[Emulation], Emulation]:
@@ -33,11 +37,26 @@ def emulates(name: str) -> Callable[[Emulation], Emulation]:
     return wrap
 
 
+def reference(name: str) -> Callable[[Emulation], Emulation]:
+    def wrap(fn: Emulation) -> Emulation:
+        REFERENCE_EMULATIONS[name] = fn
+        return fn
+
+    return wrap
+
+
 # calls whose emulation already returns stored values: data movement, and conv2d (which models
 # its own packing, numerics.conv2d_device)
 STORED_BY_EMULATION = {"ttnn.reshape", "ttnn.permute", "ttnn.slice", "ttnn.to_layout", "ttnn.to_memory_config",
                        "ttnn.topk", "ttnn.embedding", "ttnn.conv2d", "ttnn.concat", "ttnn.expand", "ttnn.repeat",
                        "ttnn.transpose", "ttnn.pad"}
+# calls whose values are their inputs' (data movement, selection): stored values in, stored values
+# out, in the same format; the emu program tracks formats by them (emu.py: _result_format)
+MOVES_VALUES = {"ttnn.reshape", "ttnn.permute", "ttnn.slice", "ttnn.to_layout", "ttnn.to_memory_config",
+                "ttnn.concat", "ttnn.expand", "ttnn.repeat", "ttnn.transpose", "ttnn.max_pool2d"}
+# calls whose results are 0/1 masks: exact in bfloat16 and float32, storing them changes nothing
+MASKS = {"ttnn.eq", "ttnn.ne", "ttnn.gt", "ttnn.ge", "ttnn.lt", "ttnn.le", "ttnn.gtz", "ttnn.logical_not",
+         "ttnn.logical_and", "ttnn.logical_or", "ttnn.logical_xor"}
 
 
 def prepare_weight(array: np.ndarray, dtype: DataFormat) -> torch.Tensor:
@@ -58,17 +77,25 @@ def _flat(y: torch.Tensor) -> torch.Tensor:
     return y.permute(0, 2, 3, 1).contiguous().reshape(1, 1, n * h * w, c)
 
 
-@emulates("ttnn.conv2d")
-def conv2d(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
+def _conv2d(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any],
+            device: Callable[..., torch.Tensor]) -> torch.Tensor:
     x = _nchw(ins[0], a["batch_size"], a["input_height"], a["input_width"])
     top, bottom, left, right = a["padding"]
     cc = a["compute_config"]
-    y = conv2d_device(x, weights["weight_tensor"], weights.get("bias_tensor"), tuple(a["stride"]),
-                      (left, right, top, bottom), tuple(a["dilation"]), a["groups"], cc.math_fidelity,
-                      cc.fp32_dest_acc_en, a["dtype"], cc.packer_l1_acc)
-    if a["conv_config"].activation is Activation.RELU:
-        y = torch.relu(y)
+    y = device(x, weights["weight_tensor"], weights.get("bias_tensor"), tuple(a["stride"]), (left, right, top, bottom),
+               tuple(a["dilation"]), a["groups"], cc.math_fidelity, cc.fp32_dest_acc_en, a["dtype"], cc.packer_l1_acc,
+               relu=a["conv_config"].activation is Activation.RELU)
     return _flat(y)
+
+
+@emulates("ttnn.conv2d")
+def conv2d(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
+    return _conv2d(ins, weights, a, conv2d_device)
+
+
+@reference("ttnn.conv2d")
+def conv2d_reference(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
+    return _conv2d(ins, weights, a, conv2d_device_reference)
 
 
 @emulates("ttnn.max_pool2d")
@@ -81,6 +108,50 @@ def max_pool2d(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dic
     else:
         y = F.max_pool2d(x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), ceil_mode=a["ceil_mode"])
     return _flat(y)
+
+
+def max_pool2d_of_stored(ins: list[torch.Tensor], weights: dict[str, torch.Tensor],
+                         a: dict[str, Any]) -> torch.Tensor:
+    """max_pool2d on stored values (no -0, whose choice against +0 is the kernel's; NaN bits are
+    the store's to settle: emu.py), as element-wise maxima on the NHWC rows: non-overlapping
+    windows as strided views, stride-1 windows by doubling (a window of 9 is two overlapping ones
+    of 8, each two of 4, ...), so O(log k) passes and none of torch's pooling kernels, which are
+    slow on the 1-channel maps NMS pools."""
+    n, h, w = a["batch_size"], a["input_h"], a["input_w"]
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = a["kernel_size"], a["stride"], a["padding"], a["dilation"]
+    x = ins[0].reshape(n, h, w, -1)
+    if (dh, dw) != (1, 1) or a["ceil_mode"]:
+        return max_pool2d(ins, weights, a)
+    if (sh, sw) == (1, 1):
+        y = _window_max(_window_max(x, 2, kw, pw), 1, kh, ph)
+    elif (sh, sw) == (kh, kw) and (ph, pw) == (0, 0) and h % kh == 0 and w % kw == 0:
+        v = x.reshape(n, h // kh, kh, w // kw, kw, x.shape[-1])
+        rows = functools.reduce(torch.maximum, v.unbind(2))
+        y = functools.reduce(torch.maximum, rows.unbind(3))
+    else:
+        return max_pool2d(ins, weights, a)
+    return y.reshape(1, 1, -1, y.shape[-1])
+
+
+def _window_max(x: torch.Tensor, dim: int, k: int, pad: int) -> torch.Tensor:
+    """Maxima of the k-wide windows along ``dim`` at stride 1, ``pad`` -inf each side (the padding
+    max_pool2d never picks: every window holds an input)."""
+    if pad:
+        fill = x.new_full([pad if d == dim else size for d, size in enumerate(x.shape)], float("-inf"))
+        x = torch.cat([fill, x, fill], dim)
+    out = x.shape[dim] - k + 1
+    width = 1
+    while 2 * width <= k:
+        size = x.shape[dim] - width
+        x = torch.maximum(x.narrow(dim, 0, size), x.narrow(dim, width, size))
+        width *= 2
+    if width == k:
+        return x
+    return torch.maximum(x.narrow(dim, 0, out), x.narrow(dim, k - width, out))
+
+
+# emulations that assume every input holds stored bf16 values (emu.py picks them where it knows so)
+OF_STORED = {"ttnn.max_pool2d": max_pool2d_of_stored}
 
 
 @emulates("ttnn.softmax")
@@ -230,12 +301,37 @@ EMULATIONS["ttnn.leaky_relu"] = lambda ins, w, a: F.leaky_relu(ins[0], a["negati
 EMULATIONS["ttnn.pow"] = lambda ins, w, a: torch.pow(ins[0], a["exponent"])
 
 
-@emulates("ttnn.topk")
-def topk(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+@reference("ttnn.topk")
+def topk_reference(ins: list[torch.Tensor], weights: dict[str, torch.Tensor],
+                   a: dict[str, Any]) -> tuple[torch.Tensor, ...]:
     """Values and positions (as exact float32 integers); ties by position, as a stable sort."""
     x = ins[0]
     order = torch.sort(x, dim=a["dim"], descending=a["largest"], stable=True).indices.narrow(a["dim"], 0, a["k"])
     return torch.gather(x, a["dim"], order), order.to(torch.float32)
+
+
+@emulates("ttnn.topk")
+def topk(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+    """topk_reference's result without sorting the whole row: the k-th value splits the row into
+    the positions above it (all kept) and the ties at it (the first ones kept, in position order),
+    and only those k are sorted, stably. One row (the keypoint window) and no NaN, else the reference."""
+    x, dim, k, largest = ins[0], a["dim"], a["k"], a["largest"]
+    n = x.shape[dim]
+    if x.numel() != n or not 0 < k < n:
+        return topk_reference(ins, weights, a)
+    row = x.reshape(n)
+    top = torch.topk(row, k, largest=largest, sorted=False).values
+    kth = top.min() if largest else top.max()  # NaN, the largest to both sorts, propagates here
+    if torch.isnan(kth):
+        return topk_reference(ins, weights, a)
+    above = ((row > kth) if largest else (row < kth)).nonzero().squeeze(1)
+    ties = (row == kth).nonzero().squeeze(1)[: k - above.numel()]
+    pos = torch.cat([above, ties]).sort().values  # in position order, so the stable sort keeps ties so
+    order = pos[torch.sort(row[pos], descending=largest, stable=True).indices]
+    shape = [1] * x.dim()
+    shape[dim] = k
+    order = order.reshape(shape)
+    return torch.gather(x, dim, order), order.to(torch.float32)
 
 
 @emulates("spc.kernel")

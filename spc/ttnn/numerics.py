@@ -18,6 +18,12 @@ Facts (shared/reference/tenstorrent-facts.md, from tt-metal and the Tensix ISA d
 Choices where the facts stop (written down, not tuned): products of truncated operands are
 exact in fp32 and summed in fp32 (the device's fp32 dest order is not modelled); block-float
 rounding is nearest-even on the exact value (the packer's sticky-bit handling is not known).
+
+Two spellings of the model: the ``*_reference`` functions are the formulation written as the
+facts read (the spec), and the unsuffixed ones, which the emulator runs, compute the same bits
+with fewer passes over memory (in-place updates of the tensors they make, no work a fidelity
+does not use, the flush folded into one comparison); tests/test_emu_fast_paths.py holds them
+equal bit for bit (docs/precision.md, "How the emulator is fast").
 """
 
 from __future__ import annotations
@@ -29,13 +35,38 @@ from spc.ttnn.formats import DataFormat, MathFidelity
 
 FACE_ROW = 16
 _MIN_NORMAL = 2.0**-126
+# The largest bf16 denormal (127 * 2^-133): a rounded value whose magnitude is at most this (or
+# -0) has a zero exponent field, which bf16 storage flushes to +0.
+_LARGEST_DENORMAL = 127 * 2.0**-133
 
 
-def round_bf16(x: torch.Tensor) -> torch.Tensor:
-    """bf16 storage: round to nearest even, flush denormals; held as float32."""
+def round_bf16_reference(x: torch.Tensor) -> torch.Tensor:
+    """bf16 storage: round to nearest even, flush denormals; held as float32 (the spec)."""
     bits = x.to(torch.bfloat16).view(torch.int16)
     normal = (bits & 0x7F80) != 0  # a zero exponent field is zero or a denormal: stored as zero
     return (bits * normal).view(torch.bfloat16).to(torch.float32)
+
+
+def round_bf16(x: torch.Tensor) -> torch.Tensor:
+    """bf16 storage: round to nearest even, flush denormals; held as float32 (a new tensor)."""
+    v = x.to(torch.bfloat16, copy=True)  # torch's conversion rounds to nearest even
+    return _flush_bf16_(v).to(torch.float32)
+
+
+def store_bf16_(y: torch.Tensor, relu: bool = False) -> torch.Tensor:
+    """:func:`round_bf16` of a float32 tensor the caller owns, in place; with ``relu``, then its
+    ReLU (the conv's fused activation), in the same pass as the flush."""
+    return y.copy_(_flush_bf16_(y.to(torch.bfloat16), relu))
+
+
+def _flush_bf16_(v: torch.Tensor, relu: bool = False) -> torch.Tensor:
+    """Flush a bfloat16 tensor's denormals and -0 to +0, in place, in one pass: hardshrink zeroes
+    |v| <= the largest denormal, and NaN, which compares false, is kept, as the spec keeps it.
+    With ``relu``, threshold zeroes v <= it: ReLU of the flushed value, since flushing keeps
+    order and sign."""
+    if relu:
+        return F.threshold_(v, _LARGEST_DENORMAL, 0.0)
+    return torch.hardshrink(v, _LARGEST_DENORMAL, out=v)
 
 
 def round_block_float(x: torch.Tensor, fmt: DataFormat) -> torch.Tensor:
@@ -57,15 +88,32 @@ def round_block_float(x: torch.Tensor, fmt: DataFormat) -> torch.Tensor:
 
 def round_storage(x: torch.Tensor, fmt: DataFormat) -> torch.Tensor:
     """A tensor stored on the device in ``fmt``."""
+    if fmt is DataFormat.BFLOAT16:
+        return round_bf16(x)
+    return round_storage_reference(x, fmt)
+
+
+def round_storage_reference(x: torch.Tensor, fmt: DataFormat) -> torch.Tensor:
+    """:func:`round_storage` as the spec spells it."""
     if fmt is DataFormat.FLOAT32:
         return x.to(torch.float32)  # fp32 denormals would flush too; values this small never occur here
     if fmt in (DataFormat.UINT32, DataFormat.UINT16):
         return torch.round(x.to(torch.float32))  # indices: whole numbers, held exactly in float32 here
     if fmt is DataFormat.BFLOAT16:
-        return round_bf16(x)
+        return round_bf16_reference(x)
     if fmt.block_float_bits:
         return round_block_float(x, fmt)
     raise ValueError(f"unknown device data format {fmt!r}")
+
+
+def _store_(y: torch.Tensor, fmt: DataFormat, relu: bool = False) -> torch.Tensor:
+    """:func:`round_storage` (then ReLU) of a float32 tensor the caller owns: in place where it can be."""
+    if fmt is DataFormat.BFLOAT16:
+        return store_bf16_(y, relu)
+    if fmt is DataFormat.FLOAT32:
+        return y.relu_() if relu else y
+    y = round_storage(y, fmt)
+    return torch.relu(y) if relu else y
 
 
 def truncate_mantissa(x: torch.Tensor, keep: int) -> torch.Tensor:
@@ -78,27 +126,28 @@ def truncate_mantissa(x: torch.Tensor, keep: int) -> torch.Tensor:
 A_HI_BITS, B_HI_BITS = 4, 6
 
 
-def operand_phases(a: torch.Tensor, b: torch.Tensor, fidelity: MathFidelity,
-                   merged: bool = True) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def operand_phases(a: torch.Tensor, b: torch.Tensor, fidelity: MathFidelity, merged: bool = True,
+                   b_hi: torch.Tensor | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The (SrcA part, SrcB part) pairs whose products the engine sums at ``fidelity``.
 
     With ``merged``, pairs that share an operand are combined (A-hi x B-hi + A-lo x B-hi =
     A x B-hi), so a linear op (matmul, conv) runs at most two; without, one pair per phase, in
-    the engine's order, for when each phase's partial is rounded on its own.
+    the engine's order, for when each phase's partial is rounded on its own. ``b_hi``: ``b``'s
+    "hi" part if the caller has it (the same activations under several kernel rows).
     """
     phases = fidelity.phases
+    if merged and phases == 4:
+        return [(a, b)]  # every bit of both: no truncation to make
+    b_hi = truncate_mantissa(b, B_HI_BITS) if b_hi is None else b_hi
+    if merged and phases == 2:
+        return [(a, b_hi)]
     a_hi = truncate_mantissa(a, A_HI_BITS)
-    b_hi = truncate_mantissa(b, B_HI_BITS)
     if not merged:
         a_lo, b_lo = a - a_hi, b - b_hi
         return [(a_hi, b_hi), (a_lo, b_hi), (a_hi, b_lo), (a_lo, b_lo)][:phases]
     if phases == 1:
         return [(a_hi, b_hi)]
-    if phases == 2:
-        return [(a, b_hi)]
-    if phases == 3:
-        return [(a, b_hi), (a_hi, b - b_hi)]
-    return [(a, b)]
+    return [(a, b_hi), (a_hi, b - b_hi)]
 
 
 def conv_weight_storage(w: torch.Tensor, fmt: DataFormat) -> torch.Tensor:
@@ -112,8 +161,89 @@ def conv_weight_storage(w: torch.Tensor, fmt: DataFormat) -> torch.Tensor:
 
 def conv2d_device(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: tuple[int, int],
                   padding: tuple[int, int, int, int], dilation: tuple[int, int], groups: int, fidelity: MathFidelity,
-                  fp32_acc: bool, out_fmt: DataFormat, l1_acc: bool = False) -> torch.Tensor:
-    """A ttnn conv2d's result before its activation, as the device computes it.
+                  fp32_acc: bool, out_fmt: DataFormat, l1_acc: bool = False, relu: bool = False) -> torch.Tensor:
+    """:func:`conv2d_device_reference`'s bits, faster. With an fp32 destination and a bf16 or fp32
+    output: the same convolutions (each kernel row's over the rows it reads), the activations
+    padded and truncated in one pass, once for every kernel row, and what follows each conv (the
+    partial added, packed, the bias added, the result stored, its ReLU) done in place, without
+    the reference's temporaries. Anything else (a bf16 destination, block-float outputs) runs
+    the reference.
+    """
+    if not fp32_acc or out_fmt not in (DataFormat.BFLOAT16, DataFormat.FLOAT32):
+        return conv2d_device_reference(x, w, b, stride, padding, dilation, groups, fidelity, fp32_acc, out_fmt,
+                                       l1_acc, relu)
+    kh = w.shape[2]
+    l1_acc = l1_acc and (kh > 2 or (kh > 1 and b is not None))  # determine_packer_l1_acc
+    partial_fmt = DataFormat.FLOAT32 if l1_acc else out_fmt
+
+    def finish_(acc: torch.Tensor, block: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
+        """(acc + block), packed as a partial, + bias, stored (then ReLU): the conv's last steps."""
+        if block is not None:
+            acc.add_(block)
+        if bias is not None:
+            _store_(acc, partial_fmt).add_(bias)
+        return _store_(acc, out_fmt, relu)
+
+    bias = None if b is None else b.reshape(1, -1, 1, 1)
+    if partial_fmt is DataFormat.FLOAT32 or kh == 1:
+        return finish_(_one_block(x, w, stride, padding, dilation, groups, fidelity), None, bias)
+    phases = fidelity.phases
+    # the padded activations, and their SrcB "hi" part, as far as the fidelity reads them
+    xp = _padded(x, padding) if phases >= 3 else None
+    xp_hi = _padded(x, padding, B_HI_BITS) if phases < 4 else None
+    src = xp if xp is not None else xp_hi
+    assert src is not None
+    oh = (src.shape[2] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    acc: torch.Tensor | None = None
+    for r in range(kh):
+        rows = slice(r * dilation[0], r * dilation[0] + (oh - 1) * stride[0] + 1)
+        block = _one_block(src[:, :, rows], w[:, :, r:r + 1], stride, (0, 0, 0, 0), dilation, groups, fidelity,
+                           None if xp_hi is None else xp_hi[:, :, rows])
+        if acc is None:
+            acc = _store_(block, partial_fmt)
+        elif r < kh - 1:
+            acc = _store_(acc.add_(block), partial_fmt)
+        else:
+            return finish_(acc, block, bias)
+    raise AssertionError("a kernel row is the last")
+
+
+def _padded(x: torch.Tensor, padding: tuple[int, int, int, int], keep: int | None = None) -> torch.Tensor:
+    """F.pad(x, padding) as a channels-last tensor (and with ``keep``, truncate_mantissa of it), in
+    one pass: zero borders, the interior written once."""
+    left, right, top, bottom = padding
+    n, c, h, w = x.shape
+    out = torch.empty((n, h + top + bottom, w + left + right, c), dtype=torch.float32)
+    for border in (out[:, :top], out[:, top + h:], out[:, top:top + h, :left], out[:, top:top + h, left + w:]):
+        border.zero_()
+    inner = out[:, top:top + h, left:left + w]
+    src = x.permute(0, 2, 3, 1).to(torch.float32)
+    if keep is None:
+        inner.copy_(src)
+    else:
+        torch.bitwise_and(src.view(torch.int32), ~((1 << (23 - keep)) - 1), out=inner.view(torch.int32))
+    return out.permute(0, 3, 1, 2)
+
+
+def _one_block(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], padding: tuple[int, int, int, int],
+               dilation: tuple[int, int], groups: int, fidelity: MathFidelity,
+               x_hi: torch.Tensor | None = None) -> torch.Tensor:
+    """_one_block_reference's sum, a new tensor (so the caller may update it in place)."""
+    left, right, top, bottom = padding
+    same = (left, top) == (right, bottom)
+    src = x if same else _padded(x, padding)
+    pad = (top, left) if same else (0, 0)
+    terms = [F.conv2d(xb, wa, stride=stride, padding=pad, dilation=dilation, groups=groups)
+             for wa, xb in operand_phases(w, src, fidelity, b_hi=x_hi if same else None)]
+    return terms[0] if len(terms) == 1 else terms[0].add_(terms[1])
+
+
+def conv2d_device_reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: tuple[int, int],
+                            padding: tuple[int, int, int, int], dilation: tuple[int, int], groups: int,
+                            fidelity: MathFidelity, fp32_acc: bool, out_fmt: DataFormat, l1_acc: bool = False,
+                            relu: bool = False) -> torch.Tensor:
+    """A ttnn conv2d's result as the device computes it (the spec of :func:`conv2d_device`);
+    with ``relu``, its fused ReLU on the stored result.
 
     From the program factory and compute kernel (conv_bmm_tilize.cpp): the reduction runs in
     K blocks of one kernel row each (K order kh, kw, cin); between blocks the partial sum is
@@ -125,6 +255,13 @@ def conv2d_device(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stri
     rounding of those bf16 rewrites is not documented and is modelled as nearest-even.
     ``x`` is NCHW holding device values; ``w`` holds stored weights (conv_weight_storage).
     """
+    y = _conv2d_reference(x, w, b, stride, padding, dilation, groups, fidelity, fp32_acc, out_fmt, l1_acc)
+    return torch.relu(y) if relu else y
+
+
+def _conv2d_reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: tuple[int, int],
+                      padding: tuple[int, int, int, int], dilation: tuple[int, int], groups: int,
+                      fidelity: MathFidelity, fp32_acc: bool, out_fmt: DataFormat, l1_acc: bool) -> torch.Tensor:
     if out_fmt.block_float_bits:
         # the tilised activations take the output format (ACT_TILIZED uses output_df)
         x = round_block_float(x.permute(0, 2, 3, 1), out_fmt).permute(0, 3, 1, 2)
@@ -133,16 +270,17 @@ def conv2d_device(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stri
     partial_fmt = (DataFormat.FLOAT32 if fp32_acc else DataFormat.BFLOAT16) if l1_acc else out_fmt
     if fp32_acc and (partial_fmt is DataFormat.FLOAT32 or kh == 1):
         # nothing narrows the partial sums between kernel rows: one conv computes the same sums
-        acc = _one_block(x, w, stride, padding, dilation, groups, fidelity)
+        acc = _one_block_reference(x, w, stride, padding, dilation, groups, fidelity)
     else:
-        acc = _row_blocks(x, w, stride, padding, dilation, groups, fidelity, fp32_acc, partial_fmt)
+        acc = _row_blocks_reference(x, w, stride, padding, dilation, groups, fidelity, fp32_acc, partial_fmt)
     if b is None:
-        return round_storage(acc, out_fmt)
-    return round_storage(round_storage(acc, partial_fmt) + b.reshape(1, -1, 1, 1), out_fmt)
+        return round_storage_reference(acc, out_fmt)
+    return round_storage_reference(round_storage_reference(acc, partial_fmt) + b.reshape(1, -1, 1, 1), out_fmt)
 
 
-def _one_block(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], padding: tuple[int, int, int, int],
-               dilation: tuple[int, int], groups: int, fidelity: MathFidelity) -> torch.Tensor:
+def _one_block_reference(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int],
+                         padding: tuple[int, int, int, int], dilation: tuple[int, int], groups: int,
+                         fidelity: MathFidelity) -> torch.Tensor:
     left, right, top, bottom = padding
     same = (left, top) == (right, bottom)
     src = x if same else F.pad(x, (left, right, top, bottom)).contiguous(memory_format=torch.channels_last)
@@ -152,9 +290,9 @@ def _one_block(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], paddin
     return terms[0] if len(terms) == 1 else terms[0] + terms[1]
 
 
-def _row_blocks(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], padding: tuple[int, int, int, int],
-                dilation: tuple[int, int], groups: int, fidelity: MathFidelity, fp32_acc: bool,
-                partial_fmt: DataFormat) -> torch.Tensor:
+def _row_blocks_reference(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int],
+                          padding: tuple[int, int, int, int], dilation: tuple[int, int], groups: int,
+                          fidelity: MathFidelity, fp32_acc: bool, partial_fmt: DataFormat) -> torch.Tensor:
     """K blocks of one kernel row each, the partial packed in ``partial_fmt`` between blocks."""
     left, right, top, bottom = padding
     xp = F.pad(x, (left, right, top, bottom)).contiguous(memory_format=torch.channels_last)
@@ -165,19 +303,22 @@ def _row_blocks(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], paddi
         first = r * dilation[0]
         if fp32_acc or groups != 1:
             # the row's conv over every input row, then the output rows this kernel row feeds
-            full = _one_block(xp, w[:, :, r:r + 1], (1, stride[1]), (0, 0, 0, 0), dilation, groups, fidelity)
+            full = _one_block_reference(xp, w[:, :, r:r + 1], (1, stride[1]), (0, 0, 0, 0), dilation, groups,
+                                        fidelity)
             block = full[:, :, first: first + (oh - 1) * stride[0] + 1: stride[0]]
             partial = block if acc is None else acc + block
         else:
             rows = xp[:, :, first: first + (oh - 1) * stride[0] + 1].contiguous(memory_format=torch.channels_last)
-            partial = _row_block(rows, w[:, :, r:r + 1], stride, dilation, groups, fidelity, fp32_acc, acc)
-        acc = partial if r == kh - 1 else round_storage(partial, partial_fmt)
+            partial = _row_block_reference(rows, w[:, :, r:r + 1], stride, dilation, groups, fidelity, fp32_acc,
+                                           acc)
+        acc = partial if r == kh - 1 else round_storage_reference(partial, partial_fmt)
     assert acc is not None
     return acc
 
 
-def _row_block(rows: torch.Tensor, w_row: torch.Tensor, stride: tuple[int, int], dilation: tuple[int, int],
-               groups: int, fidelity: MathFidelity, fp32_acc: bool, acc: torch.Tensor | None) -> torch.Tensor:
+def _row_block_reference(rows: torch.Tensor, w_row: torch.Tensor, stride: tuple[int, int],
+                         dilation: tuple[int, int], groups: int, fidelity: MathFidelity, fp32_acc: bool,
+                         acc: torch.Tensor | None) -> torch.Tensor:
     """One K block (one kernel row) with a bf16 destination, added to the reloaded partial."""
     # bf16 destination: every 16 K values of every phase is one rewrite of DST
     cin, kw = w_row.shape[1], w_row.shape[3]
@@ -194,7 +335,7 @@ def _row_block(rows: torch.Tensor, w_row: torch.Tensor, stride: tuple[int, int],
                     term = term[..., :ow]
                     part = term if part is None else part + term
                 if part is not None:
-                    out = round_bf16(part if out is None else out + part)
+                    out = round_bf16_reference(part if out is None else out + part)
     assert out is not None
     return out
 

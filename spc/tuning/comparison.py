@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import numpy as np
 from spc.errors import SpcError
 from spc.frontend.onnx_import import load_onnx
 from spc.plan.io import Plan
+from spc.runtime.backend import PreparedProgram
 from spc.runtime.runner import RunResult
 from spc.tuning.metrics import keypoint_agreement, pcc
 
@@ -152,10 +154,19 @@ class Comparison:
         self.references = [ref.run(x) for x in inputs]
 
     def reports(self, plan: Plan, backend: str = "emu") -> list[ImageReport]:
+        return [r for _, r in self.each(plan, backend)]
+
+    def each(self, plan: Plan, backend: str = "emu", order: Iterable[int] | None = None,
+             device: Callable[[PreparedProgram], PreparedProgram] | None = None) -> Iterator[tuple[int, ImageReport]]:
+        """(input index, report), one input at a time in ``order`` (default: all, in turn), so that
+        a caller may stop early; ``device`` wraps the backend's prepared program (tuning/reuse.py)."""
         from spc.runtime.runner import Runner
 
         shape = [int(d) for d in plan.program.inputs[0].shape]
         h, w = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
         with Runner(plan, backend) as runner:
-            return [compare(name, runner.run(x, dense=True), ref, self.maps, plan.program.roles, w, h)
-                    for name, x, ref in zip(self.names, self.inputs, self.references)]
+            if device is not None:
+                runner.device = device(runner.device)
+            for i in range(len(self.inputs)) if order is None else order:
+                yield i, compare(self.names[i], runner.run(self.inputs[i], dense=True), self.references[i],
+                                 self.maps, plan.program.roles, w, h)

@@ -104,11 +104,10 @@ def test_a_frame_with_more_keypoints_than_slots_is_read_densely(plans: dict[str,
         np.testing.assert_array_equal(got[name], want[name])
 
 
-def test_top_n_exports_read_back_n(tmp_path: Path, images: dict[str, Path]) -> None:
-    from spc.frontend.export import export_onnx
+def test_top_n_exports_read_back_n(exports, tmp_path: Path, images: dict[str, Path]) -> None:
     from spc.tuning.comparison import OrtReference
 
-    onnx = export_onnx(tmp_path / "top50.onnx", 120, 160, max_keypoints=50)
+    onnx = exports(120, 160, max_keypoints=50)
     g, _ = fused(onnx)
     assert [n.attrs["max_keypoints"] for n in g.nodes if n.op.name == "spc.Keypoints"] == [50]
     plan = tmp_path / "top50.ttplan"
@@ -125,13 +124,12 @@ def test_top_n_exports_read_back_n(tmp_path: Path, images: dict[str, Path]) -> N
     assert len(ours & theirs) >= 45
 
 
-def test_a_limit_above_the_count_keeps_every_keypoint_in_order(small_onnx: Path, tmp_path: Path,
+def test_a_limit_above_the_count_keeps_every_keypoint_in_order(small_onnx: Path, exports,
                                                                 images: dict[str, Path]) -> None:
     """The export's branch-free top-K (frontend/export.py) keeps HF's other branch: all, in raster order."""
-    from spc.frontend.export import export_onnx
     from spc.tuning.comparison import OrtReference
 
-    onnx = export_onnx(tmp_path / "top5000.onnx", 120, 160, max_keypoints=5000)
+    onnx = exports(120, 160, max_keypoints=5000)
     x = image(images, "astronaut")
     got, want = OrtReference(onnx, []).run(x), OrtReference(small_onnx, []).run(x)
     for name in want:
