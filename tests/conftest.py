@@ -129,7 +129,10 @@ def _locked(path: Path) -> Iterator[None]:
 
 @functools.cache
 def _export_key() -> str:
-    """What `spc export` writes depends on: its code, the weights, spc's version, the exporters."""
+    """What `spc export` writes depends on: its code, the weights, spc's version, the exporters,
+    and where they are installed (torch.onnx records its source files' paths in the model)."""
+    import sys
+
     import spc
     from spc.files import file_sha256
     from spc.frontend import export, weights
@@ -138,6 +141,7 @@ def _export_key() -> str:
     for source in (export.__file__, weights.__file__):
         h.update(Path(source).read_bytes())
     h.update(file_sha256(weights.demo_weights_path()).encode())
+    h.update(sys.prefix.encode())
     h.update(" ".join([spc.__version__, *(metadata.version(p) for p in ("torch", "transformers", "onnxscript",
                                                                        "onnx"))]).encode())
     return h.hexdigest()[:16]
