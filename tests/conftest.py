@@ -45,10 +45,10 @@ def ir(text: str, **weights: np.ndarray) -> Graph:
 GROUPS = {
     "tests/test_wheel.py": "wheel",  # builds the wheel, two venvs, runs the README from them
     "tests/test_fuzz.py": "fuzz",  # compiles three plan variants
-    "tests/kernels/test_nms_kernels.py": "nms-kernels",  # compiles four plans
-    "tests/test_run_outputs.py": "run-outputs",  # runs the small plan on two images three ways
     "tests/test_emit_py_injection.py": "emit-py",  # emits and runs the clean program
     "tests/test_corpus.py": "corpus",  # compiles every export of the corpus
+    "tests/test_run_outputs.py": "run-outputs",  # runs the small plan on two images three ways
+    "tests/kernels/test_nms_kernels.py": "nms-kernels",  # compiles four plans
     # one module-level RNG draws every test's data: the tests see the data they were written
     # against only when they run in file order, in one process
     "tests/test_lowering.py": "lowering",
@@ -129,10 +129,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 @functools.cache
 def _export_key() -> str:
-    """What `spc export` writes depends on: its code, the weights, spc's version, the exporters,
-    and where they are installed (torch.onnx records its source files' paths in the model)."""
-    import sys
-
+    """What `spc export` writes depends on: its code, the weights, spc's version, the exporters."""
     import spc
     from spc.files import file_sha256
     from spc.frontend import export, weights
@@ -141,24 +138,41 @@ def _export_key() -> str:
     for source in (export.__file__, weights.__file__):
         h.update(Path(source).read_bytes())
     h.update(file_sha256(weights.demo_weights_path()).encode())
-    h.update(sys.prefix.encode())
     h.update(" ".join([spc.__version__, *(metadata.version(p) for p in ("torch", "transformers", "onnxscript",
                                                                        "onnx"))]).encode())
     return h.hexdigest()[:16]
 
 
+@functools.cache
+def _exports_folder() -> Path:
+    """This install's folder of kept exports in spc's cache folder (``$SPC_CACHE`` or ~/.cache/spc,
+    tests/): torch.onnx writes the paths of the files it traced (spc's checkout, the venv's
+    transformers and torch) into the model, so another checkout's export is other bytes. The
+    folders of installs that are gone are removed."""
+    import spc
+    from spc.frontend.weights import cache_dir
+
+    install = f"{sys.prefix}\n{Path(spc.__file__).resolve().parent}\n"
+    root = cache_dir() / "tests"
+    folder = root / f"exports_{hashlib.sha256(install.encode()).hexdigest()[:12]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "install.txt").write_text(install)
+    for other in root.glob("exports_*"):
+        with contextlib.suppress(OSError, IndexError):
+            if not all(Path(p).exists() for p in (other / "install.txt").read_text().splitlines()[:2]):
+                shutil.rmtree(other, ignore_errors=True)
+    return folder
+
+
 def _export(h: int, w: int, dest: Path, max_keypoints: int | None = None) -> Path:
     """`spc export` at h x w (``max_keypoints`` as ``--max-keypoints``) into ``dest``: the same
     bytes as exporting there, as the export is deterministic (test_say_what_it_is exports afresh
-    each run and compares). An export takes torch 7-20 s, so the file is made once and kept in
-    spc's cache folder (``$SPC_CACHE`` or ~/.cache/spc, tests/), keyed by what it depends on;
-    under a lock, so that of the workers (and of runs side by side) one exports while the others
-    wait for its file."""
+    each run and compares). An export takes torch 7-20 s, so the file is made once per install
+    and kept (``_exports_folder``), keyed by what it depends on; under a lock, so that of the
+    workers (and of runs side by side) one exports while the others wait for its file."""
     from spc.frontend.export import export_onnx
-    from spc.frontend.weights import cache_dir
 
-    folder = cache_dir() / "tests"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _exports_folder()
     name = f"sp_{h}x{w}" + ("" if max_keypoints is None else f"_top{max_keypoints}")
     kept = folder / f"{name}_{_export_key()}.onnx"
     with _locked(folder / f"{name}.lock"):

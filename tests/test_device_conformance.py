@@ -4,6 +4,8 @@ numerics, against the case's expected outputs. bf16 storage bounds how close it 
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +82,38 @@ def device_cases() -> list[tuple[object, int]]:
     return out
 
 
-CASES = device_cases()
+def kept_device_cases() -> list[tuple[object, int]]:
+    """``device_cases()``, kept in spc's cache folder under a hash of everything it depends on:
+    spc's source, this file, the Python, onnx and numpy versions (onnx's cases are the same bytes
+    for one onnx version: tests/conftest.py). Deciding takes each worker 6-7 s of collection."""
+    import hashlib
+    import json
+    from importlib import metadata
+
+    import spc
+    from spc.files import atomic_write
+    from spc.frontend.weights import cache_dir
+
+    h = hashlib.sha256()
+    package = Path(spc.__file__).parent
+    for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(f"{path.relative_to(package)}\0".encode() + path.read_bytes())
+    h.update(Path(__file__).read_bytes())
+    h.update(" ".join([sys.version, *(metadata.version(p) for p in ("onnx", "numpy", "protobuf"))]).encode())
+    kept = cache_dir() / "tests" / f"device-cases_{h.hexdigest()[:16]}.json"
+    by_name = {case.name: case for case in cases()}
+    try:
+        return [(by_name[name], parameters_from) for name, parameters_from in json.loads(kept.read_text())]
+    except (OSError, ValueError, KeyError):  # not there yet (or damaged): decided afresh
+        pass
+    found = device_cases()
+    with contextlib.suppress(OSError):
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(kept, json.dumps([[case.name, parameters_from] for case, parameters_from in found]).encode())
+    return found
+
+
+CASES = kept_device_cases()
 
 
 def run_on_device(case, parameters_from: int) -> list[np.ndarray]:
