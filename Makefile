@@ -14,7 +14,7 @@ PY312 ?= $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.12.1/
 TTNN_VENV := .venv-ttnn
 TTNN_STAMP := $(TTNN_VENV)/.installed
 
-.PHONY: demo test lint bench mock-env corpus device-conformance fuzz clean
+.PHONY: demo test lint bench mock-env corpus device-conformance fuzz report-screenshot clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -58,6 +58,22 @@ fuzz: $(STAMP)
 # every ONNX conformance case whose ops lower, on the emulator and on the mock p150 (the suite runs one per op set)
 device-conformance: $(STAMP) $(TTNN_STAMP)
 	SPC_ALL_DEVICE_CASES=1 $(BIN)/pytest tests/test_device_conformance.py
+
+# `spc report` on the demo's model and image, rendered by a real headless browser into docs/report.png (the
+# README's picture). Chromium from Debian's packages: apt-get install -y chromium. Runs `make demo` first
+# when demo-out/ has no export; compiles afresh, so the plan is this spc's. --no-sandbox: Chromium's
+# sandbox refuses to start as root (CI containers); the page is our own and fetches nothing
+# (tests/test_report.py), and Chromium's own background network is off.
+CHROMIUM ?= $(firstword $(shell command -v chromium chromium-browser google-chrome 2>/dev/null))
+report-screenshot: $(STAMP)
+	@test -n "$(CHROMIUM)" || { echo "make report-screenshot: no Chromium found; apt-get install -y chromium (or set CHROMIUM=)" >&2; exit 1; }
+	test -f demo-out/superpoint.onnx -a -f demo-out/astronaut.png || $(BIN)/python scripts/demo.py demo-out
+	$(BIN)/spc compile demo-out/superpoint.onnx -o demo-out/sp.ttplan --overwrite
+	$(BIN)/spc report demo-out/sp.ttplan demo-out/astronaut.png -o demo-out/report.html --overwrite
+	$(CHROMIUM) --headless --no-sandbox --disable-gpu --hide-scrollbars --force-device-scale-factor=1 \
+		--disable-background-networking --no-first-run --log-level=3 --window-size=1280,2400 \
+		--screenshot=$(CURDIR)/docs/report.png file://$(CURDIR)/demo-out/report.html
+	@echo "docs/report.png: $$(wc -c < docs/report.png) bytes, from demo-out/report.html"
 
 clean:
 	rm -rf $(VENV) $(TTNN_VENV) demo-out

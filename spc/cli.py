@@ -24,6 +24,7 @@ _EXTRAS = {
     "transformers": f"spc export needs transformers (the HF SuperPoint model): {_FULL}",
     "onnxscript": f"spc export needs onnxscript (torch.onnx's exporter): {_FULL}",
     "onnxruntime": f"this command compares against onnxruntime: {_FULL}",
+    "matplotlib": f"spc report draws its charts with matplotlib: {_FULL[:-1]}, matplotlib)",
     "ttnn": "the ttnn backends need ttnn 0.81.1 (Python 3.10/3.12): `make mock-env`, or pip install ttnn==0.81.1",
 }
 
@@ -108,19 +109,22 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="print the result a
 
 @_command("HF SuperPoint -> ONNX (post-processing included).",
           ["spc export -o superpoint.onnx", "spc export -o sp240.onnx --height 240 --width 320",
-           "spc export -o mine.onnx --weights superpoint_v1.pth --max-keypoints 1024"])
+           "spc export -o mine.onnx --weights superpoint_v1.pth --max-keypoints 1024",
+           "spc export -o sp_b4.onnx --batch 4"])
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("superpoint.onnx"), show_default=True)
 @click.option("--height", default=480, show_default=True, help="input height (multiple of 8)")
 @click.option("--width", default=640, show_default=True, help="input width (multiple of 8)")
 @click.option("--channels", default=3, show_default=True, help="input channels (HF's processor gives 3)")
+@click.option("--batch", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="images per run (HF's batched forward: outputs padded to the batch's largest keypoint count)")
 @click.option("--weights", default=None, help="HF folder, state-dict file or hub id (default: demo weights)")
 @click.option("--threshold", type=float, default=None, help="keypoint threshold (HF default 0.005)")
 @click.option("--max-keypoints", type=int, default=None, help="keep the top K keypoints (HF default -1: all)")
 @click.option("--overwrite", is_flag=True, help="replace the output if it exists (default: refuse)")
 @_JSON
 @_one_line_errors
-def export(output: Path, height: int, width: int, channels: int, weights: str | None, threshold: float | None,
-           max_keypoints: int | None, overwrite: bool, as_json: bool) -> None:
+def export(output: Path, height: int, width: int, channels: int, batch: int, weights: str | None,
+           threshold: float | None, max_keypoints: int | None, overwrite: bool, as_json: bool) -> None:
     """Export Hugging Face SuperPoint (post-processing included) to ONNX."""
     from spc.files import check_outputs
     from spc.frontend.export import export_onnx
@@ -129,15 +133,15 @@ def export(output: Path, height: int, width: int, channels: int, weights: str | 
     from spc import console
 
     export_onnx(output, height, width, channels, weights, threshold, max_keypoints,
-                log=(lambda line: None) if as_json else console.info)
+                log=(lambda line: None) if as_json else console.info, batch=batch)
     if as_json:
         import onnx
 
         meta = {p.key: p.value for p in onnx.load(str(output), load_external_data=False).metadata_props}
-        click.echo(json.dumps({"output": str(output), "input_shape": [1, channels, height, width], "opset": 18,
+        click.echo(json.dumps({"output": str(output), "input_shape": [batch, channels, height, width], "opset": 18,
                                "metadata": meta}, indent=1, sort_keys=True))
     else:
-        console.info(f"wrote {output} ({height}x{width}x{channels}, opset 18)")
+        console.info(f"wrote {output} ({height}x{width}x{channels}{f', batch {batch}' if batch > 1 else ''}, opset 18)")
 
 
 @_command("ONNX -> .ttplan (passes, precision, lowering).",
@@ -175,6 +179,12 @@ def export(output: Path, height: int, width: int, channels: int, weights: str | 
                    "they replace")
 @click.option("--input-shape", default=None, metavar="N,C,H,W",
               help="the input's size, for an export with dynamic axes (e.g. 1,1,480,640)")
+@click.option("--batch", default="1", show_default=True, metavar="B|auto",
+              help="B images per run from a batch-1 model: the image-wise layers batched, the rest once per "
+                   "image, outputs stacked as a batch-B export stacks them; auto: of 1, 2, 4, 8 the most "
+                   "frames/s predicted end to end (spc inspect shows the figures)")
+@click.option("--max-latency-ms", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MS",
+              help="with --batch auto: the longest predicted run")
 @click.option("--explain", default=None, metavar="RULE|FUSION",
               help="print every candidate of a rewrite rule or fusion, how far it matched and why it stopped "
                    "(names: --list-passes); writes a plan only with -o")
@@ -187,7 +197,8 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
              stop_after: str | None, nms_single_pass: bool, precision: str | None, precision_config: Path | None,
              calib: Path | None, min_f1: float | None, min_desc_pcc: float | None, target: str,
              memory_config: tuple[str, ...], dense: bool, keypoint_capacity: int | None, kernels: str,
-             input_shape: str | None, explain: str | None, list_passes: bool, overwrite: bool, as_json: bool) -> None:
+             input_shape: str | None, batch: str, max_latency_ms: float | None, explain: str | None,
+             list_passes: bool, overwrite: bool, as_json: bool) -> None:
     """Compile an ONNX model into a .ttplan."""
     from spc import console
     from spc.compiler import AutoPrecision, compile_onnx
@@ -216,20 +227,34 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
         check_outputs([output], inputs, overwrite)
     if dump_dir is not None:
         _check_dump_dir(dump_dir, [*inputs, *([output] if output else [])], overwrite)
+    images = _batch_option(batch, max_latency_ms)
     auto = None
     if precision == "auto":
+        if images != 1:
+            raise SpcError("--precision auto searches on single images, not with --batch: give --batch a "
+                           "preset (--precision balanced) or the blocks' choices (--precision-config FILE)")
         if precision_config:
             raise SpcError("--precision auto searches the precision itself; drop --precision-config")
         auto = AutoPrecision(calib, Thresholds(min_f1=min_f1, min_desc_pcc=min_desc_pcc), log=console.note)
         console.note("precision search (emulated, against onnxruntime on the calibration inputs):")
     plan = (load_precision_config(precision_config, precision) if precision_config
             else PrecisionPlan("accurate" if precision in (None, "auto") else precision))
+    options = dict(nms_single_pass=nms_single_pass, target=target, precision=plan,
+                   memory=MemoryOverrides.from_cli(memory_config), dense=dense, keypoint_capacity=keypoint_capacity,
+                   kernels=kernels == "on", input_shape=_shape_option(input_shape))
+    searched = None
+    if images is None:  # --batch auto: every size compiled, the best kept
+        from spc.compiler import choose_batch
+
+        if stop_after is not None or explain is not None:
+            raise SpcError("--batch auto compiles whole plans: give a batch size with --stop-after or --explain")
+        images, searched = choose_batch(source, max_latency_ms, **options)
+        console.note("batch sizes (predicted end to end): " + ", ".join(
+            f"{r['batch']}: {r['fps']:.1f} frames/s, {r['run_s'] * 1e3:.1f} ms per run" if r["fits"]
+            else f"{r['batch']}: does not fit" for r in searched) + f"; chosen {images}")
     try:
         result = compile_onnx(source, output, dump_dir=dump_dir, print_ir=print_ir_after_all, stop_after=stop_after,
-                              nms_single_pass=nms_single_pass, target=target, precision=plan, auto=auto,
-                              memory=MemoryOverrides.from_cli(memory_config), dense=dense,
-                              keypoint_capacity=keypoint_capacity, kernels=kernels == "on",
-                              input_shape=_shape_option(input_shape), explain=explain)
+                              auto=auto, explain=explain, batch=images, batch_search=searched, **options)
     except OSError as exc:  # writing the dumps (the plan's own write reports itself)
         if dump_dir is None:
             raise
@@ -284,6 +309,21 @@ def _files_of(paths: list[Path]) -> list[Path]:
 
 
 _DUMP_PATTERNS = ("[0-9][0-9]-*.ir", "[0-9][0-9]-*.dot", "[0-9][0-9]-*.txt", "[0-9][0-9]-*.onnx", "summary.txt")
+
+
+def _batch_option(text: str, max_latency_ms: float | None) -> int | None:
+    """--batch: a size (1..64), or None for auto."""
+    if text == "auto":
+        return None
+    if max_latency_ms is not None:
+        raise SpcError("--max-latency-ms bounds --batch auto; drop it or use --batch auto")
+    try:
+        b = int(text)
+    except ValueError:
+        raise SpcError(f"--batch {text!r}: expected a number of images (1..64) or auto") from None
+    if not 1 <= b <= 64:
+        raise SpcError(f"--batch {b}: expected 1..64 images per run, or auto")
+    return b
 
 
 def _check_dump_dir(dump_dir: Path, inputs: list[Path], overwrite: bool) -> None:
@@ -436,24 +476,49 @@ def bench(plan: Path, inputs: tuple[Path, ...], backend: str, frames: int, no_tr
 
 @_command("Compare a plan with onnxruntime on the source ONNX.",
           ["spc check sp.ttplan img.jpg", "spc check sp.ttplan images/ --min-f1 0.95 --min-pcc 0.99 --json",
-           "spc check sp.ttplan img.jpg --onnx elsewhere/superpoint.onnx"])
+           "spc check sp.ttplan img.jpg --onnx elsewhere/superpoint.onnx",
+           "spc check sp.ttplan img.jpg --per-layer", "spc check sp.ttplan img.jpg --per-layer --min-pcc 0.999 --json"])
 @click.argument("plan", type=click.Path(path_type=Path))
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--onnx", "onnx_path", type=click.Path(path_type=Path), default=None, help="the source ONNX")
 @_JSON
 @click.option("--min-f1", type=float, default=None, help="exit 1 if any image's keypoint F1 is lower")
-@click.option("--min-pcc", type=float, default=None, help="exit 1 if any score/descriptor PCC is lower")
+@click.option("--min-pcc", type=float, default=None,
+              help="exit 1 if any score/descriptor PCC is lower (--per-layer: any tensor's; marks the first)")
+@click.option("--per-layer", is_flag=True,
+              help="compare every device tensor that holds an ONNX value, in program order (emu; docs/accuracy.md)")
 @click.option("--backend", type=click.Choice(["emu", "ttnn-mock", "ttnn"]), default="emu", show_default=True)
 @_run_target
 @_NONFINITE
 @_one_line_errors
 def check(plan: Path, inputs: tuple[Path, ...], onnx_path: Path | None, as_json: bool, min_f1: float | None,
-          min_pcc: float | None, backend: str, target: str | None, allow_nonfinite: bool) -> None:
-    """Compare a plan with onnxruntime on the source ONNX."""
-    from spc.tools.check import check_files, print_reports
+          min_pcc: float | None, per_layer: bool, backend: str, target: str | None, allow_nonfinite: bool) -> None:
+    """Compare a plan with onnxruntime on the source ONNX.
+
+    With --per-layer: every device tensor that holds a value of the ONNX model, in program order,
+    with its PCC, largest difference, relative error, block and precision; the first tensor under
+    --min-pcc (default 0.99 for the mark) and the block that adds the most error are marked."""
+    from spc.tools.check import check_files, per_layer_files, print_per_layer, print_reports
 
     files = _inputs(inputs)
     loaded = _read_plan(plan, target)
+    if per_layer:
+        if backend != "emu":
+            raise SpcError("--per-layer reads every device tensor, which only the emu backend keeps")
+        if min_f1 is not None:
+            raise SpcError("--min-f1 is a bar for the end-to-end check; --per-layer compares tensors (--min-pcc)")
+        layers = per_layer_files(loaded, plan, files, onnx_path, min_pcc, allow_nonfinite=allow_nonfinite)
+        if as_json:
+            click.echo(json.dumps([r.as_dict() for r in layers], indent=1))
+        else:
+            for r in layers:
+                print_per_layer(r)
+        low = [r for r in layers if min_pcc is not None and r.first_under is not None]
+        if low:
+            click.echo(f"spc: check failed on {len(low)} of {len(layers)} input(s): "
+                       + ", ".join(f"{r.input} ({r.first_under})" for r in low), err=True)
+            sys.exit(1)
+        return
     reports = check_files(loaded, plan, files, onnx_path, backend, allow_nonfinite=allow_nonfinite)
     if as_json:
         click.echo(json.dumps([r.as_dict() for r in reports], indent=1))
@@ -505,6 +570,44 @@ def inspect(path: Path, as_json: bool) -> None:
         click.echo(json.dumps(report.as_dict(), indent=1))
     else:
         print_report(report)
+
+
+@_command("One self-contained HTML page about a plan (with INPUT: per-layer check, keypoints).",
+          ["spc report sp.ttplan -o report.html", "spc report sp.ttplan img.jpg -o report.html",
+           "spc report sp.ttplan img.jpg -o report.html --onnx elsewhere/superpoint.onnx"])
+@click.argument("plan", type=click.Path(path_type=Path))
+@click.argument("input_path", metavar="[INPUT]", required=False, type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("report.html"), show_default=True,
+              help="the HTML page (one file: charts, image and style inside it)")
+@click.option("--onnx", "onnx_path", type=click.Path(path_type=Path), default=None,
+              help="the source ONNX, for the per-layer comparison (default: beside the plan)")
+@click.option("--min-pcc", type=float, default=None,
+              help="per-layer: mark tensors under this PCC (default: spc check --per-layer's, 0.99)")
+@click.option("--overwrite", is_flag=True, help="replace the output if it exists (default: refuse)")
+@_run_target
+@_NONFINITE
+@_JSON
+@_one_line_errors
+def report(plan: Path, input_path: Path | None, output: Path, onnx_path: Path | None, min_pcc: float | None,
+           overwrite: bool, target: str | None, allow_nonfinite: bool, as_json: bool) -> None:
+    """Write one HTML page that needs no network to view: what the plan is, the pass pipeline, L1
+    on the fullest core and the predicted time call by call (charts), the device program as a
+    table; given an INPUT (an image or a .npy), also the per-layer comparison with onnxruntime on
+    the source ONNX and the keypoints drawn on the image (emulator)."""
+    from spc.files import check_outputs
+    from spc.tools.report import write_report
+
+    check_outputs([output], [plan, *(p for p in (input_path, onnx_path) if p is not None)], overwrite)
+    data = write_report(_read_plan(plan, target), plan, output, input_path, onnx_path, allow_nonfinite, min_pcc)
+    kp = data.input.keypoints if data.input is not None else None
+    if as_json:
+        click.echo(json.dumps({"output": str(output), "input": str(input_path) if input_path else None,
+                               "keypoints": kp, "per_layer": bool(data.input and data.input.per_layer)}))
+    else:
+        from spc import console
+
+        console.info(f"wrote {output}" + (f" ({kp} keypoints on {input_path.name})" if kp is not None and input_path
+                                           else ""))
 
 
 @_command("A plan's device stage as a standalone ttnn program.",

@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -104,6 +105,59 @@ def check_input(g: Graph, src: Path) -> None:
                        "give its size with --input-shape (e.g. 1,1,480,640) or export a fixed size")
 
 
+BATCHES = (1, 2, 4, 8)  # what --batch auto tries
+
+
+def choose_batch(src: Path, max_latency_ms: float | None = None, **options: Any) -> tuple[int, list[dict]]:
+    """``--batch auto``: the batch size of :data:`BATCHES` with the most frames per second end to end
+    (memory/throughput.py: the predicted device time and ttnn's host cost per call) whose run takes
+    at most ``max_latency_ms``; each size compiled in full (a size that does not fit is reported
+    with its reason). Returns the size and one row per size tried."""
+    import tempfile
+
+    from spc.memory.throughput import Throughput
+    from spc.plan.io import read_plan
+
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="spc-batch-") as tmp:
+        for b in BATCHES:
+            path = Path(tmp) / f"b{b}.ttplan"
+            try:
+                compile_onnx(src, path, batch=b, **options)
+            except SpcError as exc:
+                rows.append({"batch": b, "fits": False, "why": str(exc).removeprefix(f"{src}: ")[:300]})
+                continue
+            plan = read_plan(path, options.get("target", DEFAULT_TARGET))
+            p = plan.program
+            t = Throughput(b, plan.manifest["predicted_device_ms"] / 1e3, len(p.device_inputs), len(p.device_outputs))
+            rows.append({"fits": True, **{k: round(v, 6) if isinstance(v, float) else v
+                                          for k, v in t.as_dict().items()}})
+    ok = [r for r in rows if r["fits"] and (max_latency_ms is None or r["run_s"] * 1e3 <= max_latency_ms)]
+    if not ok:
+        raise SpcError(f"{src}: --batch auto: no batch of {', '.join(map(str, BATCHES))} fits"
+                       + (f" within --max-latency-ms {max_latency_ms:g}" if max_latency_ms is not None else "")
+                       + "; " + "; ".join(f"{r['batch']}: " + (r.get("why") or f"{r['run_s'] * 1e3:.1f} ms per run")
+                                          for r in rows))
+    best = max(ok, key=lambda r: (r["fps"], -r["batch"]))
+    for r in rows:
+        r["chosen"] = r is best
+    return best["batch"], rows
+
+
+def _batch(g: Graph, src: Path, batch: int) -> int:
+    """The batch batch-images gives a batch-1 model (1: none; a model that takes ``batch`` images
+    already needs none)."""
+    if batch < 1:
+        raise SpcError(f"--batch must be at least 1, got {batch}")
+    first = g.inputs[0].type.shape[0] if g.inputs[0].type.rank else None
+    if batch == 1 or first == batch:
+        return 1
+    if first != 1:
+        raise SpcError(f"{src}: --batch {batch}: the model takes {first} images at once ({g.inputs[0].type}); "
+                       "--batch rewrites a batch-1 model")
+    return batch
+
+
 def model_metadata(data: bytes, src: Path, notes: list[str]) -> dict[str, str]:
     """The source model's ``metadata_props`` for the manifest, bounded as plan/schema.py says:
     the first :data:`MAX_METADATA_ENTRIES` by key, keys and values cut to their caps (marked
@@ -171,7 +225,8 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
                  precision: PrecisionPlan | None = None, auto: AutoPrecision | None = None,
                  memory: MemoryOverrides | None = None, dense: bool = False,
                  keypoint_capacity: int | None = None, kernels: bool = False,
-                 input_shape: list[int] | None = None, explain: str | None = None) -> CompileResult:
+                 input_shape: list[int] | None = None, explain: str | None = None, batch: int = 1,
+                 batch_search: list[dict] | None = None) -> CompileResult:
     """Compile ``src``; with ``auto``, search the precision plan on calibration inputs first
     (tuning/precision_search.py: needs torch and onnxruntime, unlike the rest of compile)."""
     chip = get_target(target)
@@ -184,7 +239,7 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
         instruments.append(PrintAfterAll())
     precision = precision or PrecisionPlan()
     memory = memory or MemoryOverrides()
-    pipeline = default_pipeline()
+    pipeline = default_pipeline(_batch(g, src, batch))
     ctx = PassContext(PipelineOptions(precision=precision, nms_single_pass=nms_single_pass),
                       explainer=explainer_for(explain, pipeline))
     pm = PassManager(pipeline, instruments, stop_after=stop_after)
@@ -233,10 +288,12 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
         "source": {"file": src.name, "sha256": hashlib.sha256(data).hexdigest()},
         "inputs": [vars(t) for t in program.inputs],
         "outputs": [vars(t) for t in program.outputs],
-        "options": {"input_shape": input_shape, "nms_single_pass": nms_single_pass, "precision": precision.describe(),
+        "options": {"input_shape": input_shape, "batch": batch, "nms_single_pass": nms_single_pass,
+                    "precision": precision.describe(),
                     "memory_config": memory.describe(), "dense": dense, "keypoint_capacity": keypoint_capacity,
                     "kernels": kernels},
         "precision_search": search_report,
+        "batch_search": batch_search,  # --batch auto: each batch size tried (choose_batch)
         "model_metadata": metadata,  # the source's metadata_props (spc export: where the weights came from)
         "predicted_device_ms": round(predicted_ms(records), 4),
         "pipeline": [r.name for r in pm.records],

@@ -269,7 +269,7 @@ def test_a_missing_extra_is_one_line_saying_what_to_install(small_plan: Path, im
     assert "pip install 'spc[full]'" in done.stderr and not (tmp_path / "o.npz").exists()
 
 
-COMMANDS = ["export", "compile", "run", "bench", "check", "inspect", "emit-py", "bisect"]
+COMMANDS = ["export", "compile", "run", "bench", "check", "inspect", "emit-py", "bisect", "report"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -139,6 +139,7 @@ def make_hostile(plan: Plan, new: Hostile, everything: bool) -> tuple[Plan, list
     names: set[str] = set(plan.weights)
     names |= {t.name for t in p.inputs + p.outputs + p.device_inputs + p.device_outputs + p.fallback_outputs}
     names |= {t.name for t in p.probes.values()} | {c.name for c in p.constants} | {c.weight for c in p.constants}
+    names |= set(p.values) | {t.name for t in p.values.values()}
     for n in p.host_pre + p.host_post + p.fallback_post:
         names |= {i for i in n.inputs if i is not None} | set(n.outputs)
     for op in p.device_ops:
@@ -147,6 +148,9 @@ def make_hostile(plan: Plan, new: Hostile, everything: bool) -> tuple[Plan, list
     blocks = {b: new() for b in sorted({op.block for op in p.device_ops})}
 
     for t in p.inputs + p.outputs + p.device_inputs + p.device_outputs + p.fallback_outputs:
+        t.name = rename[t.name]
+    p.values = {rename[k]: t for k, t in p.values.items()}
+    for t in p.values.values():
         t.name = rename[t.name]
     p.probes = {new(): t for t in p.probes.values()}
     for t in p.probes.values():

@@ -87,3 +87,25 @@ def test_spc_run_reports_a_shard_too_large_in_one_line(ttnn_python: str, exports
     assert done.returncode == 1 and not out.exists()
     assert last.startswith("spc: error: ttnn rejected ttnn.conv2d for block encoder.conv_blocks.0.conv_a:")
     assert "clash with L1 buffers" in last
+
+
+def test_a_batch_of_four_runs_as_the_model_says(ttnn_python: str, exports, tmp_path: Path,
+                                                images: dict[str, Path]) -> None:
+    """`spc compile --batch 4` at 240x320: every call allocates on the mock as the model says
+    (before batches were modelled, ttnn refused its second conv: docs/memory.md, "Batches"), and
+    `spc run` on the mock runs it with no ttnn error."""
+    plan = tmp_path / "batch4.ttplan"
+    compile_onnx(exports(240, 320), plan, batch=4)
+    rows = agreement(ttnn_python, plan)
+    assert all(r["ttnn_fits"] and r["model_fits"] for r in rows), [r for r in rows if not r["ttnn_fits"]]
+    sized = [r for r in rows if r["op"] in SIZED]
+    assert len(sized) >= 12 + 3 + 4 * 5  # the encoder and heads once, each image's NMS maxima
+    for r in sized:
+        assert r["model_cb"] == r["ttnn_cb"], r
+        assert abs(r["model_l1"] - r["ttnn_l1"]) <= 0.015 * r["ttnn_l1"], r
+    out = tmp_path / "out"
+    done = subprocess.run([ttnn_python, "-m", "spc.cli", "run", str(plan), str(images["camera"]), str(images["coffee"]),
+                           "-o", str(out), "--backend", "ttnn-mock"], capture_output=True, text=True, check=False,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "error" not in done.stderr.lower(), done.stderr[-2000:]

@@ -132,7 +132,7 @@ def test_inspect_opens_with_what_the_plan_is(small_onnx: Path, small_plan: Path)
     code, out, err = spc("inspect", small_plan)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0] == f"plan: {small_plan}, plan format 4, written by spc {__version__}"
+    assert lines[0] == f"plan: {small_plan}, plan format 5, written by spc {__version__}"
     assert lines[1] == f"source: {small_onnx.name}, sha256 {sha256(small_onnx)}"
     assert lines[2] == f"input:  pixel_values f32 [1, 3, {SMALL[0]}, {SMALL[1]}]"
     assert [line.split()[1] for line in lines[3:7]] == ["keypoints", "scores", "descriptors", "mask"]
@@ -145,7 +145,7 @@ def test_inspect_opens_with_what_the_plan_is(small_onnx: Path, small_plan: Path)
     assert report["source"] == {"file": small_onnx.name, "sha256": sha256(small_onnx)}
     assert report["inputs"] == [{"name": "pixel_values", "dtype": "f32", "shape": [1, 3, *SMALL]}]
     assert [t["name"] for t in report["outputs"]] == ["keypoints", "scores", "descriptors", "mask"]
-    assert report["spc_version"] == __version__ and report["format_version"] == 4
+    assert report["spc_version"] == __version__ and report["format_version"] == 5
     assert report["options"]["precision"]["preset"] == "accurate" and report["precision_rules"] == []
     assert report["weights"]["source"] == "demo" and report["model_metadata"] == metadata(small_onnx)
 

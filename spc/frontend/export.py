@@ -72,13 +72,15 @@ def export_metadata(origin: dict[str, str], model) -> dict[str, str]:
 
 def export_onnx(output: Path, height: int = 480, width: int = 640, channels: int = 3,
                 weights: str | None = None, keypoint_threshold: float | None = None,
-                max_keypoints: int | None = None, log: Callable[[str], None] | None = None) -> Path:
+                max_keypoints: int | None = None, log: Callable[[str], None] | None = None, batch: int = 1) -> Path:
     """Export and write ``output`` atomically; returns the path. ``log`` hears one line saying
     where the weights came from (also recorded in the file's ``metadata_props``: spc.weights.*)."""
     if height % 8 or width % 8 or height < 16 or width < 16:
         raise SpcError(f"--height/--width must be multiples of 8 and at least 16, got {height}x{width}")
     if channels not in (1, 2, 3):
         raise SpcError(f"--channels must be 1, 2 or 3, got {channels}")
+    if not 1 <= batch <= 64:
+        raise SpcError(f"--batch must be between 1 and 64, got {batch}")
     import logging
     import warnings
 
@@ -93,7 +95,7 @@ def export_onnx(output: Path, height: int = 480, width: int = 640, channels: int
     metadata = export_metadata(weights_origin(weights, model.inner), model)
     if log is not None:
         log(origin_line(metadata))
-    example = torch.rand(1, channels, height, width)
+    example = torch.rand(batch, channels, height, width)  # HF's per-image loop unrolls over the batch
     with warnings.catch_warnings(), torch.no_grad(), _traceable_top_k():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(model, (example,), dynamo=True, opset_version=OPSET,
@@ -101,7 +103,8 @@ def export_onnx(output: Path, height: int = 480, width: int = 640, channels: int
                                     optimize=True, verbose=False)
     proto = program.model_proto
     proto.producer_name = "spc export"
-    proto.doc_string = (f"HF SuperPointForKeypointDetection {height}x{width}x{channels}, "
+    proto.doc_string = (f"HF SuperPointForKeypointDetection {height}x{width}x{channels}"
+                        f"{f', batch {batch}' if batch > 1 else ''}, "
                         f"weights: {metadata['spc.weights.name']} ({metadata['spc.weights.source']}; "
                         "metadata_props spc.weights.* say more)")
     kept = [(e.key, e.value) for e in proto.metadata_props if not e.key.startswith("spc.")]

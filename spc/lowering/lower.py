@@ -8,6 +8,8 @@ value they come from.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from spc.errors import SpcError
@@ -16,7 +18,7 @@ from spc.lowering import readback
 from spc.lowering.emitter import INPUT_DTYPE, Emitter
 from spc.lowering.registry import LOWERINGS, device_support, lowering_for
 from spc.plan.program import DeviceTensor, HostNode, Program, TensorSpec
-from spc.ttnn.layout import DeviceLayout, Form
+from spc.ttnn.layout import DeviceLayout, Form, layout_of
 
 __all__ = ["LOWERINGS", "Emitter", "find_probes", "lower"]
 
@@ -116,6 +118,10 @@ def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, 
                                                              em.to_nhwc(names[id(d)], d, n.name), k)
             fallback_outputs, fallback_post = device_outputs, host_post
             device_outputs, host_post = compact_outputs, [tail]
+    # which device tensor holds each IR value, in which layout: what the per-layer comparison reads
+    made = {name: op.shape for op in em.ops for name in op.results}
+    values = {t.name: t for t in device_inputs}
+    values.update({o.name: t for n in device for o in n.outputs if (t := _held_value(em, o, names[id(o)], made))})
     program = Program(
         inputs=[TensorSpec(v.name, v.type.dtype.value, list(v.type.shape)) for v in g.inputs],
         outputs=[TensorSpec(v.name, v.type.dtype.value, list(v.type.shape)) for v in g.outputs],
@@ -129,8 +135,28 @@ def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, 
         fallback_outputs=fallback_outputs,
         fallback_post=fallback_post,
         constants=em.constants,
+        values=values,
     )
     return program, consts
+
+
+def _held_value(em: Emitter, v: Value, held: str, made: dict[str, list[int]]) -> DeviceTensor | None:
+    """The record of the device tensor ``held`` holding IR value ``v`` (``made``: each call result's
+    shape); None unless the tensor is laid out exactly as ``v``'s shape is in its form: an alias
+    of another shape (a reshape that moved no data) holds the values in another order, and a
+    record that converted it back by ``v``'s shape would compare the wrong elements."""
+    lay = em.layouts.get(held)
+    if lay is None or not v.type.is_static:
+        return None
+    shape = list(v.type.static_shape)
+    try:
+        if layout_of(lay.form, shape) != lay:
+            return None
+    except ValueError:  # a shape the form cannot take
+        return None
+    if math.prod(made.get(held, lay.device_shape)) != math.prod(lay.device_shape):
+        return None
+    return DeviceTensor(held, shape, lay.device_shape, lay.form, v.type.dtype.value)
 
 
 def _device_output(em: Emitter, v: Value, held: str) -> DeviceTensor:

@@ -1,7 +1,7 @@
 """What each graph output is, read from the graph, never from its name.
 
 * the outputs of a recognised keypoint extraction (spc.Keypoints) are its keypoints, scores,
-  descriptors and mask, with the layout the op records;
+  descriptors and mask, with the layout the op records (a batch plan's, each image's stacked);
 * a dense output is a role when the op that computes it says so (through views): the score map
   of spc.ScoreFold, the NMS map of spc.Nms, the descriptor map of spc.L2Norm, or the detector's
   raw logits — a convolution with cell^2 + 1 output channels whose values feed nothing else;
@@ -40,14 +40,33 @@ def _logit_cell(n: Node) -> int | None:
     return c if c >= 2 and c * c + 1 == shape[1] else None
 
 
+def _keypoint_spec(v: Value) -> OutputSpec | None:
+    """What a keypoint op's output ``v`` is, or the one thing the images' outputs stacked in ``v``
+    are (a batch plan: Concat on axis 0 of each image's, padded: passes/batch_images.py)."""
+    n = v.producer
+    if n is None:
+        return None
+    if n.op.name in ("spc.Keypoints", "spc.KeypointsFromTopK"):
+        return OutputSpec.parse(list(n.attrs.get("outputs", HF_OUTPUTS))[n.outputs.index(v)])
+    if n.op.name != "onnx.Concat" or int(n.attrs.get("axis", 0)) != 0 or not n.inputs:
+        return None
+    parts = [p.producer.inputs[0] if p is not None and p.producer is not None and p.producer.op.name == "onnx.Pad"
+             else p for p in n.inputs]
+    if any(p is None or p.producer is None or p.producer.op.name not in ("spc.Keypoints", "spc.KeypointsFromTopK")
+           for p in parts):
+        return None
+    specs = {_keypoint_spec(p).spell() for p in parts}  # type: ignore[union-attr]
+    return OutputSpec.parse(specs.pop()) if len(specs) == 1 else None
+
+
 def output_roles(g: Graph) -> dict[str, dict[str, Any]]:
     roles: dict[str, dict[str, Any]] = {}
     for v in g.outputs:
         n = v.producer
         if n is None:
             continue
-        if n.op.name in ("spc.Keypoints", "spc.KeypointsFromTopK"):
-            spec = OutputSpec.parse(list(n.attrs.get("outputs", HF_OUTPUTS))[n.outputs.index(v)])
+        spec = _keypoint_spec(v)
+        if spec is not None:
             roles[v.name] = {"role": spec.role, "spec": spec.spell()}
             continue
         p = _producer(v)

@@ -30,6 +30,12 @@ answered by running the region on trial maps:
 5. the fill of the cut border (fixed mode) and the keypoint limit (threshold mode);
 6. agreement with the op on random maps, every output exactly.
 
+A batch plan (passes/batch_images.py) has one copy of the post-processing per image: when the whole
+region is not one extraction and several NMS maps enter it, each map's region (the nodes that read
+it and no other map, with what they read that reads no map: the image's slice of the batched
+descriptors, which moves to the device) is recognised alone, one spc.Keypoints per image; the
+stacking of the images' results stays as it is (lowering/roles.py reads the roles through it).
+
 The first question that finds no answer is the reason the fusion did not fire (``why_not`` in the
 pass summary); the graph is then left as it was and the device maps are read densely. A single
 op is what lets the lowering compute the keypoints' top-K and descriptors on the device and read
@@ -387,7 +393,8 @@ def _agrees(trial: _Trial, attrs: dict) -> str | None:
     return None
 
 
-def recognise(post: list[Node], g: Graph, attempt: Attempt | None = None) -> tuple[Value, Value, list[Value], dict]:
+def recognise(post: list[Node], g: Graph, attempt: Attempt | None = None,
+              outputs: list[Value] | None = None) -> tuple[Value, Value, list[Value], dict]:
     """The NMS map, the descriptor map, the outputs and the attributes of spc.Keypoints; NoMatch
     with the reason otherwise. ``attempt`` hears each finding (``--explain``).
 
@@ -396,9 +403,9 @@ def recognise(post: list[Node], g: Graph, attempt: Attempt | None = None) -> tup
     time, and the reason given is that slower search's."""
     heard: list[str] = []
     try:
-        found = _recognise(post, g, heard.append, fast=True)
+        found = _recognise(post, g, heard.append, True, outputs)
     except NoMatch:
-        return _recognise(post, g, attempt.step if attempt is not None else None, fast=False)
+        return _recognise(post, g, attempt.step if attempt is not None else None, False, outputs)
     for text in heard:
         if attempt is not None:
             attempt.step(text)
@@ -406,7 +413,7 @@ def recognise(post: list[Node], g: Graph, attempt: Attempt | None = None) -> tup
 
 
 def _recognise(post: list[Node], g: Graph, hear: Callable[[str], None] | None,
-               fast: bool) -> tuple[Value, Value, list[Value], dict]:
+               fast: bool, outputs: list[Value] | None = None) -> tuple[Value, Value, list[Value], dict]:
 
     def found(text: str) -> None:
         if hear is not None:
@@ -414,7 +421,8 @@ def _recognise(post: list[Node], g: Graph, hear: Callable[[str], None] | None,
 
     entering = {id(v): v for n in post for v in n.inputs
                 if v is not None and v.producer is not None and v.producer.placement is Placement.DEVICE}
-    outputs = [v for v in g.outputs if v.producer is not None and v.producer.placement is Placement.HOST_POST]
+    if outputs is None:
+        outputs = [v for v in g.outputs if v.producer is not None and v.producer.placement is Placement.HOST_POST]
     if not outputs:
         raise NoMatch("no graph output comes from the host post-processing")
     maps = [v for v in entering.values() if v.type.is_static and v.type.dtype.is_float]
@@ -464,6 +472,65 @@ def _recognise(post: list[Node], g: Graph, hear: Callable[[str], None] | None,
     return score, desc, outputs, attrs
 
 
+# -- a batch: one extraction per image ----------------------------------------------------------
+def image_regions(post: list[Node], g: Graph) -> list[tuple[list[Node], list[Value]]]:
+    """The host post-processing of a batch plan, image by image (passes/batch_images.py copies it
+    once per image): for each NMS map that enters it, the nodes that read it and no other map,
+    with the nodes they read that read no map at all (the image's slice of the descriptors),
+    and the values leaving those nodes. Empty when fewer than two NMS maps enter."""
+    members = {id(n) for n in post}
+    entering = {id(v): v for n in post for v in n.inputs
+                if v is not None and v.producer is not None and v.producer.placement is Placement.DEVICE}
+    maps = [v for v in entering.values() if (p := _through_views(v)) is not None and p.op.name == "spc.Nms"]
+    if len(maps) < 2:
+        return []
+    below: list[set[int]] = []
+    for m in maps:
+        seen: set[int] = set()
+        stack = [u for u in m.consumers() if id(u) in members]
+        while stack:
+            n = stack.pop()
+            if id(n) not in seen:
+                seen.add(id(n))
+                stack.extend(u for o in n.outputs for u in o.consumers() if id(u) in members)
+        below.append(seen)
+    reached = [sum(id(n) in b for b in below) for n in post]
+    regions = []
+    for own in below:
+        region = {id(n) for n, r in zip(post, reached) if r == 1 and id(n) in own}
+        stack = [v.producer for n in post if id(n) in region for v in n.inputs if v is not None]
+        while stack:
+            p = stack.pop()
+            if p is not None and id(p) in members and id(p) not in region and not any(id(p) in b for b in below):
+                region.add(id(p))
+                stack.extend(v.producer for v in p.inputs if v is not None)
+        # the sizes of its results that the stacking reads (Shape) stay outside: they are no result
+        region -= {id(n) for n in post if n.op.name in ("onnx.Shape", "onnx.Size") and
+                   all(id(u) not in region for o in n.outputs for u in o.consumers())}
+        nodes = [n for n in post if id(n) in region]
+        outputs = [o for n in nodes for o in n.outputs
+                   if o in g.outputs or any(id(u) not in region for u in o.consumers())]
+        regions.append((nodes, outputs))
+    return regions
+
+
+def _image_slices_to_device(nodes: list[Node]) -> list[Node]:
+    """An image's slice of a batched device map (its descriptors), computed on the device, so that
+    the image's region reads its own maps; the slices moved (put back if the region is not
+    recognised)."""
+    from spc.lowering.registry import device_support
+
+    moved = []
+    for n in nodes:
+        x = n.inputs[0] if n.inputs else None
+        if n.op.name == "onnx.Slice" and x is not None and x.producer is not None and \
+                x.producer.placement is Placement.DEVICE and x.type.rank and x.type.shape[0] != 1 and \
+                n.output.type.is_static and n.output.type.shape[0] == 1 and device_support(n) is None:
+            n.placement = Placement.DEVICE
+            moved.append(n)
+    return moved
+
+
 class FuseKeypoints(Pass):
     name = "fuse-keypoints"
     summary = "recognise the host post-processing as SuperPoint keypoint extraction (one op)"
@@ -477,24 +544,53 @@ class FuseKeypoints(Pass):
                                                                   "model's)"})
         attempt = ctx.attempt(self.name, f"the host post-processing ({len(post)} node(s))")
         try:
-            score, desc, outputs, attrs = recognise(post, g, attempt)
+            found = [recognise(post, g, attempt)]
         except (NoMatch, ValueError, IndexError, KeyError, TypeError) as exc:
             why = str(exc) if isinstance(exc, NoMatch) else f"trying the region failed ({type(exc).__name__}: {exc})"
-            if attempt:
-                attempt.stopped(why)
-            ctx.note(f"fuse-keypoints: the host post-processing is not recognised as SuperPoint's keypoint extraction: "
-                     f"{why}; the device maps are read densely")
-            return PassResult(False, {"recognised": 0, "why_not": why})
-        node = g.make_node(get("spc.Keypoints"), [score, desc], attrs, out_types=[v.type for v in outputs],
-                           name="keypoints", out_names=[v.name + "_fused" for v in outputs])
+            found = self._per_image(post, g)
+            if isinstance(found, str):
+                why += found
+                if attempt:
+                    attempt.stopped(why)
+                ctx.note(f"fuse-keypoints: the host post-processing is not recognised as SuperPoint's keypoint "
+                         f"extraction: {why}; the device maps are read densely")
+                return PassResult(False, {"recognised": 0, "why_not": why})
+        for i, (score, desc, outputs, attrs) in enumerate(found):
+            node = g.make_node(get("spc.Keypoints"), [score, desc], attrs, out_types=[v.type for v in outputs],
+                               name="keypoints" if len(found) == 1 else f"keypoints/image{i}",
+                               out_names=[v.name + "_fused" for v in outputs])
+            node.placement = Placement.HOST_POST
+            for old, new in zip(outputs, node.outputs):
+                g.replace_all_uses(old, new)
         if attempt:
-            attempt.fired(f"spc.Keypoints replaces the post-processing's {len(post)} node(s)")
-        node.placement = Placement.HOST_POST
-        for old, new in zip(outputs, node.outputs):
-            g.replace_all_uses(old, new)
+            what = "spc.Keypoints replaces" if len(found) == 1 else f"{len(found)} spc.Keypoints (per image) replace"
+            attempt.fired(f"{what} the post-processing's {len(post)} node(s)")
         for n in reversed(post):  # consumers first
-            if all(not o.uses and o not in g.outputs for o in n.outputs):
+            if n.placement is Placement.HOST_POST and all(not o.uses and o not in g.outputs for o in n.outputs):
                 g.remove_node(n)
+        g.toposort()  # an image's op reads its slice, now among the device nodes
         g.remove_unused_constants()
-        shown = {k: v for k, v in attrs.items() if k != "outputs"}
-        return PassResult(True, {"recognised": 1, "replaced": len(post), **shown})
+        shown = {k: v for k, v in found[0][3].items() if k != "outputs"}
+        return PassResult(True, {"recognised": len(found), "replaced": len(post), **shown})
+
+    @staticmethod
+    def _per_image(post: list[Node], g: Graph) -> list[tuple[Value, Value, list[Value], dict]] | str:
+        """Each image's extraction of a batch plan (image_regions), or why not (appended to the
+        whole region's reason)."""
+        regions = image_regions(post, g)
+        if not regions:
+            return ""
+        found, moved = [], []
+        try:
+            for i, (nodes, outputs) in enumerate(regions):
+                slices = _image_slices_to_device(nodes)
+                moved += slices
+                try:
+                    found.append(recognise([n for n in nodes if n not in slices], g, None, outputs))
+                except NoMatch as exc:
+                    raise NoMatch(f"; image {i} of {len(regions)} alone: {exc}") from None
+        except (NoMatch, ValueError, IndexError, KeyError, TypeError) as exc:
+            for n in moved:
+                n.placement = Placement.HOST_POST
+            return str(exc) if isinstance(exc, NoMatch) else f"; image by image: {type(exc).__name__}: {exc}"
+        return found

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from spc.passes.batch_images import BatchImages
 from spc.passes.choose_precision import ChoosePrecision
 from spc.passes.eliminate_dead_code import EliminateDeadCode
 from spc.passes.fold_batchnorm import FoldBatchNorm
@@ -17,12 +18,15 @@ from spc.passes.remove_identity import RemoveIdentity
 from spc.passes.simplify_shapes import SimplifyShapes
 
 
-def default_pipeline() -> list[Pass]:
+def default_pipeline(batch: int = 1) -> list[Pass]:
+    """The passes in order; ``batch`` > 1 (``--batch``) adds batch-images once the shapes are
+    constants (a batch-1 export's shape arithmetic folded, its one-image loop gone)."""
     return [
         FoldConstants(),
         SimplifyShapes(),
         RemoveIdentity(),
         EliminateDeadCode(),
+        *([BatchImages(batch)] if batch > 1 else []),
         FoldBatchNorm(),
         FuseConvBiasRelu(),
         FuseScoreFold(),

@@ -38,7 +38,9 @@ FORMAT = "spc.ttplan"
 # 3: memory configurations live on the calls only (the planner works on the lowered program);
 #    ir.txt prints the compiler's decisions as typed fields (<"block" precision>), not attributes
 # 4: the manifest carries its own digest; plans are validated (plan/schema.py, plan/verify.py)
-FORMAT_VERSION = 4
+# 5: the program says which device tensor holds which IR value (``values``: spc check --per-layer);
+#    batch plans (one spc.Keypoints per image, read by the stacking after it)
+FORMAT_VERSION = 5
 _MEMBERS = ("program.json", "weights.safetensors", "ir.txt")
 # what a plan may hold: caps on the file and on each member as inflated (a zip bomb is refused from
 # its headers, before anything is inflated). The 1080x1920 plans are 8 MB, their program 0.3 MB.

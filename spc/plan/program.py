@@ -147,6 +147,12 @@ class Program:
     # what each graph output is, by output name, when the graph says so ("keypoints", "score_map" ...;
     # lowering/roles.py); the runtime and the CLI never rely on output names
     roles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # every IR value the device stage holds, by IR value name: the device tensor holding it
+    # (``DeviceTensor.name``: the same name but for an alias), its IR shape and layout. The
+    # per-layer comparison (tuning/per_layer.py) matches tensors to the source model by this
+    # record, never by how names look; tensors not in it are the lowering's own (a fused op's
+    # insides, layout and memory copies)
+    values: dict[str, DeviceTensor] = field(default_factory=dict)
 
     def frees(self, keep: set[str]) -> list[list[str]]:
         """For each device call, the tensors no later call reads (except ``keep``): what a
@@ -185,6 +191,7 @@ class Program:
             constants=[DeviceConstant(c["name"], c["weight"], list(c["device_shape"]), DataFormat.parse(c["dtype"]))
                        for c in d.get("constants", [])],
             roles=d.get("roles", {}),
+            values={k: DeviceTensor(**v) for k, v in d.get("values", {}).items()},
         )
 
 

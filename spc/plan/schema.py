@@ -258,6 +258,7 @@ class ProgramJSON(_Strict):
     fallback_post: Annotated[list[HostNodeJSON], Field(max_length=MAX_HOST_NODES)] = []
     constants: Annotated[list[DeviceConstantJSON], Field(max_length=4096)] = []
     roles: dict[Name, dict[Annotated[StrictStr, Field(max_length=64)], Scalar | list[Scalar]]] = {}
+    values: Annotated[dict[Name, DeviceTensorJSON], Field(max_length=MAX_CALLS + 64)] = {}
 
 
 class SourceJSON(_Strict):

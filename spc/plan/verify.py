@@ -2,7 +2,7 @@
 before anything runs it, as MLIR verifies an op against its operands:
 
 * every tensor a call or host node reads is made before it (or is an input, a constant, a
-  weight); no name is made twice; the outputs, probes and fallbacks name tensors that exist;
+  weight); no name is made twice; the outputs, probes, fallbacks and held values name tensors that exist;
 * every weight a call or constant names exists, in float32 with finite values where the device
   reads it, in the shape its call declares (a conv's [out, in/groups, kh, kw]);
 * each call's declared output shape follows from its inputs' shapes and its arguments (per call
@@ -187,7 +187,8 @@ def _kernel(op: TtOp) -> None:
 def _layouts(program: Program) -> None:
     """Every tensor crossing the host/device boundary holds as many values in its IR shape as in
     its device shape, in a form that shape can take (the runtime reshapes one into the other)."""
-    for t in [*program.device_inputs, *program.device_outputs, *program.probes.values(), *program.fallback_outputs]:
+    for t in [*program.device_inputs, *program.device_outputs, *program.probes.values(), *program.fallback_outputs,
+              *program.values.values()]:
         try:
             t.layout  # noqa: B018 (the form must fit the shape: the conv layout takes rank 2..4)
         except ValueError as exc:
@@ -234,6 +235,11 @@ def _device(program: Program, weights: dict[str, np.ndarray]) -> dict[str, list[
             raise SpcError(f"device output {t.name}: no call makes it")
         if _numel(shapes[t.name]) != _numel(t.device_shape):
             raise SpcError(f"device output {t.name}: declared {t.device_shape}, made {shapes[t.name]}")
+    for value, t in program.values.items():  # the record `spc check --per-layer` reads values by
+        if t.name not in shapes:
+            raise SpcError(f"held value {value}: no call or input makes its tensor {t.name}")
+        if _numel(shapes[t.name]) != _numel(t.device_shape):
+            raise SpcError(f"held value {value}: declared {t.device_shape}, made {shapes[t.name]}")
     return shapes
 
 
@@ -327,9 +333,14 @@ def _host(nodes: list[HostNode], known: dict[str, Any], weights: dict[str, np.nd
             continue
         out_types = None
         if op.infer is None:  # ops whose types their producer gives: the program's declared outputs
-            if not all(o in declared for o in n.outputs):
-                raise SpcError(f"{stage} node {n.name} ({n.op}): its outputs must be the program's")
             _spelled_outputs(n, stage)
+            if not all(o in declared for o in n.outputs):
+                if n.op != "spc.Keypoints":
+                    raise SpcError(f"{stage} node {n.name} ({n.op}): its outputs must be the program's")
+                # one image's keypoints of a batch plan, which the stacking after it reads: sizes
+                # known at run time, checked there against the declared outputs (runtime/runner.py)
+                env.update(dict.fromkeys(n.outputs, _UNKNOWN))
+                continue
             out_types = [_spec_type(declared[o]) for o in n.outputs]
         try:
             if out_types is None:

@@ -6,17 +6,27 @@ import math
 from pathlib import Path
 
 from spc.plan.io import Plan
+from spc.runtime.batches import image_shape, images_per_run
 from spc.runtime.inputs import load_input
 from spc.tuning.comparison import Comparison, ImageReport, find_source
+from spc.tuning.per_layer import PerLayerReport, per_layer
 
 
 def check_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | None, backend: str,
                 allow_nonfinite: bool = False) -> list[ImageReport]:
     src = find_source(plan, plan_path, onnx)
+    batch = images_per_run(plan.program)  # a batch plan: single images, run B at a time
     shape = [int(d) for d in plan.program.inputs[0].shape]
-    arrays = [load_input(f, shape, allow_nonfinite) for f in files]
+    arrays = [load_input(f, image_shape(shape) if batch > 1 else shape, allow_nonfinite) for f in files]
     probes = {role: t.name for role, t in plan.program.probes.items()}
-    return Comparison(src, probes, arrays, [f.name for f in files]).reports(plan, backend)
+    return Comparison(src, probes, arrays, [f.name for f in files], batch).reports(plan, backend)
+
+
+def per_layer_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | None, min_pcc: float | None,
+                    allow_nonfinite: bool = False) -> list[PerLayerReport]:
+    shape = [int(d) for d in plan.program.inputs[0].shape]
+    arrays = [load_input(f, shape, allow_nonfinite) for f in files]  # every input checked before the first run
+    return [per_layer(plan, plan_path, x, onnx, f.name, min_pcc) for f, x in zip(files, arrays)]
 
 
 def _f(x: float, digits: int) -> str:
@@ -44,3 +54,43 @@ def print_reports(reports: list[ImageReport]) -> None:
     console = Console()
     console.width = max(console.width, 112)
     console.print(table)
+
+
+def _e(x: float) -> str:
+    return "-" if math.isnan(x) else "inf" if math.isinf(x) else f"{x:.2e}"
+
+
+def print_per_layer(r: PerLayerReport) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{r.input}: device tensors vs onnxruntime, in program order")
+    for col in ("call", "tensor", "op", "block", "precision", "PCC", "max abs", "rel err", ""):
+        table.add_column(col, justify="right" if col in ("call", "PCC", "max abs", "rel err") else "left")
+    for t in r.tensors:
+        marks = []
+        if t.name == r.first_under:
+            marks.append(f"first under {r.min_pcc:g}")
+        if t.block == r.worst_block:
+            marks.append("adds the most error")
+        style = "bold red" if t.name == r.first_under else "bold" if marks else None
+        table.add_row("in" if t.call < 0 else str(t.call), t.name, t.op, t.block, t.precision, _f(t.pcc, 5),
+                      _e(t.max_abs), _e(t.rel_err), ", ".join(marks), style=style)
+    console = Console()
+    console.width = max(console.width, 180)  # off a terminal rich assumes 80 columns: names would be cut
+    console.print(table)
+    blocks = Table(title="per block: relative error of what it reads, of what it makes, and its own "
+                         "(run alone on onnxruntime's inputs)")
+    for col in ("block", "precision", "in", "out", "growth", "own"):
+        blocks.add_column(col, justify="left" if col in ("block", "precision") else "right")
+    for b in r.blocks:
+        blocks.add_row(b.block, b.precision, _e(b.input_error), _e(b.output_error), f"{b.growth:+.2e}",
+                       _e(b.local_error), style="bold" if b.block == r.worst_block else None)
+    console.print(blocks)
+    console.print(f"compared {len(r.tensors)} tensors; not compared: {len(r.skipped)} model values "
+                  f"(below), {r.internal} device tensors the lowering made (fused ops' insides, copies)")
+    for s in r.skipped:
+        console.print(f"  {s.name}: {s.reason}")
+    under = r.under()
+    console.print(f"under {r.min_pcc:g}: " + (f"{len(under)} tensor(s), first {r.first_under}" if under else "none")
+                  + f"; adds the most error: {r.worst_block or '-'}")

@@ -24,8 +24,10 @@ from typing import Any
 from spc.memory.calls import op_memory, writes_dram
 from spc.memory.l1 import L1Use
 from spc.memory.residency import walk
+from spc.memory.throughput import D2H_CALL_S, H2D_CALL_S, Throughput
 from spc.plan.io import Plan
 from spc.plan.program import TtOp, numel
+from spc.runtime.batches import images_per_run
 from spc.ttnn.formats import DataFormat
 from spc.ttnn.memory import BufferType
 from spc.ttnn.targets import get_target
@@ -46,6 +48,7 @@ class CallRow:
     headroom: int
     predicted_us: float
     share: float
+    l1_before: int = 0  # of l1_peak, the tensors earlier calls left in L1 (the rest is the call's own)
 
 
 @dataclass
@@ -73,6 +76,9 @@ class PlanReport:
     format_version: int = 0
     weights: dict[str, str] = field(default_factory=dict)  # spc.weights.* of the source, without the prefix
     model_metadata: dict[str, str] = field(default_factory=dict)  # the source's metadata_props, as kept
+    # a run end to end (memory/throughput.py): images, device time, host calls, frames per second
+    throughput: dict[str, Any] = field(default_factory=dict)
+    batch_search: list[dict[str, Any]] = field(default_factory=list)  # --batch auto: each size tried
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -103,7 +109,8 @@ def plan_report(plan: Plan, plan_file: str = "") -> PlanReport:
     dtypes.update({name: dt for op in p.device_ops for name, dt in zip(op.extra_outputs, op.extra_dtypes)})
     rows = [CallRow(i, f"kernel {r.op.args['kernel']}" if r.op.op == "spc.kernel" else r.op.op,
                     r.op.block or r.op.source, r.values, r.op.dtype.value, _memory(r.op),
-                    _shard(r.op, r.placed.use), r.placed.total, r.placed.headroom, r.seconds * 1e6, r.seconds / total)
+                    _shard(r.op, r.placed.use), r.placed.total, r.placed.headroom, r.seconds * 1e6, r.seconds / total,
+                    r.placed.live_before)
             for i, r in enumerate(records)]
     h2d = sum(numel(t.device_shape) * 2 for t in p.device_inputs)  # uploaded as bf16
     d2h = sum(int(numel(t.device_shape) * dtypes.get(t.name, DataFormat.BFLOAT16).bytes_per_value)
@@ -123,7 +130,10 @@ def plan_report(plan: Plan, plan_file: str = "") -> PlanReport:
                       spc_version=str(m.get("spc_version", "")), format_version=int(m.get("format_version", 0)),
                       weights={k.removeprefix("spc.weights."): v for k, v in metadata.items()
                                if k.startswith("spc.weights.")},
-                      model_metadata=metadata)
+                      model_metadata=metadata,
+                      throughput=Throughput(images_per_run(p), total, len(p.device_inputs),
+                                            len(p.device_outputs)).as_dict(),
+                      batch_search=[dict(r) for r in m.get("batch_search") or [] if isinstance(r, dict)])
 
 
 def clean(value: Any, limit: int = 200) -> str:
@@ -213,12 +223,26 @@ def print_report(report: PlanReport) -> None:
     for line in header_lines(report):
         say(line)
     console.print(table)
-    say(f"predicted device time per frame: {report.predicted_device_ms:.3f} ms (an estimate: "
+    per = "run" if report.throughput.get("batch", 1) > 1 else "frame"
+    say(f"predicted device time per {per}: {report.predicted_device_ms:.3f} ms (an estimate: "
         "docs/memory.md says how far to trust it); L1 per core on "
         f"{report.target}: {report.l1_budget / 1024:,.0f} KiB for buffers and tensors")
-    say(f"host-to-device per frame: {report.h2d_bytes / 1e6:.3f} MB; device-to-host per frame: "
+    say(f"host-to-device per {per}: {report.h2d_bytes / 1e6:.3f} MB; device-to-host per {per}: "
         f"{report.d2h_bytes / 1e6:.3f} MB; layout conversions: {report.layout_conversions}; "
         f"ttnn calls: {len(report.calls)}")
+    t = report.throughput
+    if t:
+        b = t["batch"]
+        say(f"end to end ({b} image(s) per run): device {t['device_s'] * 1e3:.3f} ms per run, "
+            f"{t['uploads']} upload(s) x {H2D_CALL_S * 1e3:g} ms and {t['readbacks']} read-back(s) x "
+            f"{D2H_CALL_S * 1e3:g} ms per run ({t['uploads'] / b:g} and {t['readbacks'] / b:g} per frame; ttnn's "
+            f"per-call host costs, measured by the hand port); predicted {t['fps']:.1f} frames/s")
+    if report.batch_search:
+        say("--batch auto tried: " + "; ".join(
+            f"{clean(r.get('batch'))}: " + (f"{r.get('fps', 0):.1f} frames/s, {r.get('run_s', 0) * 1e3:.1f} ms per run"
+                                            + (" (chosen)" if r.get("chosen") else "")
+                                            if r.get("fits") else f"does not fit ({clean(r.get('why'), 120)})")
+            for r in report.batch_search))
     say(f"host: {report.host_pre} op(s) before the device stage, {report.host_post} after; "
         f"{report.device_macs_share:.1%} of multiply-adds on the device")
     for why in report.host_reasons:

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from spc import console
 from spc.errors import SpcError
 from spc.files import atomic_write, check_outputs, os_errors
 from spc.plan.io import Plan
+from spc.runtime.batches import fill, groups, image_of, image_shape, images_per_run
 from spc.runtime.frames import (
     PREFETCH,
     VIDEO_SUFFIXES,
@@ -292,6 +294,20 @@ def write_results(result: RunResult, frame: Frame, t: Target, h5_path: Path | No
     return len(kept[0]) if kept is not None else None
 
 
+def _results(runner: Runner, stream: Iterator[Frame], batch: int,
+             dense: bool) -> Iterator[tuple[Frame, RunResult, bool]]:
+    """Each frame with its result and whether it was read densely; a batch plan's frames B at a
+    time, the last group padded (runtime/batches.py)."""
+    for group in groups(stream, batch):
+        overflows = runner.overflows
+        if batch == 1:
+            yield group[0], runner.run(group[0].x, dense=dense), runner.overflows > overflows
+            continue
+        result = runner.run(fill([f.x for f in group], batch), dense=dense)
+        for k, frame in enumerate(group):
+            yield frame, image_of(result, k, batch), runner.overflows > overflows
+
+
 def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | None, dense: bool,
               backend: str, trace: bool = True, *, plan_path: Path | None = None, overwrite: bool = False,
               allow_nonfinite: bool = False, fmt: str = "npz", resize: str = "stretch", as_json: bool = False,
@@ -300,7 +316,8 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
     frame is (outputs, every input's header), then the inputs are decoded as the device needs them,
     ``prefetch`` frames ahead (memory does not grow with the number of inputs)."""
     spec = plan.program.inputs[0]
-    shape = [int(d) for d in spec.shape]
+    batch = images_per_run(plan.program)  # a batch plan runs B frames at once (runtime/batches.py)
+    shape = image_shape([int(d) for d in spec.shape]) if batch > 1 else [int(d) for d in spec.shape]
     roles = plan.program.roles
     height, width = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
     has_keypoints = any(r.get("role") == "keypoints" for r in roles.values())
@@ -343,10 +360,8 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
         with Runner(plan, backend, trace) as runner, _progress(len(flat)) as bar:
             task = bar.add_task("running", total=len(flat))
             start = time.perf_counter()
-            for frame in stream:
+            for frame, result, dense_read in _results(runner, stream, batch, dense):
                 t = where[id(frame.source)][(frame.index or 1) - 1]
-                overflows = runner.overflows
-                result = runner.run(frame.x, dense=dense)
                 count = write_results(result, frame, t, h5_path, roles, height, width)
                 g = frame.geometry
                 if note and g is not None and g.aspect_changed:  # with the first result it concerns
@@ -357,7 +372,6 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
                 tally["keypoints"] += count or 0
                 tally["resized"] += bool(g is not None and g.resized)
                 tally["aspect_changed"] += bool(g is not None and g.aspect_changed)
-                dense_read = runner.overflows > overflows
                 if as_json:
                     print(json.dumps({"input": str(frame.source.path), "frame": frame.index,
                                       "output": str(t.npz or h5_path), "group": t.group,

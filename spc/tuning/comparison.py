@@ -27,6 +27,7 @@ from spc.errors import SpcError
 from spc.frontend.onnx_import import load_onnx
 from spc.plan.io import Plan
 from spc.runtime.backend import PreparedProgram
+from spc.runtime.batches import fill, groups, image_of
 from spc.runtime.runner import RunResult
 from spc.tuning.metrics import keypoint_agreement, pcc
 
@@ -97,9 +98,10 @@ def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[s
     from spc.tuning.superpoint import score_map_from_logits, standard_keypoints
 
     score, desc = NAN, NAN
-    if "score_map" in maps:
+    # (a batch plan's maps of one image's copy are no image's rows: runtime/batches.py leaves them out)
+    if "score_map" in maps and "score_map" in ours.dense and maps["score_map"] in ref:
         score = pcc(ours.dense["score_map"], ref[maps["score_map"]])
-    if "descriptor_map" in maps:
+    if "descriptor_map" in maps and "descriptor_map" in ours.dense and maps["descriptor_map"] in ref:
         desc = pcc(ours.dense["descriptor_map"], ref[maps["descriptor_map"]])
     generic: dict[str, list[float]] = {}
     logits = desc_out = None
@@ -138,6 +140,11 @@ def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[s
                        len(got[0]), len(want[0]), generic, source)
 
 
+def _rows(out: dict[str, np.ndarray], k: int, batch: int) -> dict[str, np.ndarray]:
+    """Image ``k``'s row of each onnxruntime result of a batch (those with a batch axis)."""
+    return {n: a[k:k + 1] for n, a in out.items() if a.ndim and a.shape[0] == batch}
+
+
 class Comparison:
     """onnxruntime's outputs on fixed inputs, computed once, for comparing any number of plans.
 
@@ -146,12 +153,19 @@ class Comparison:
     """
 
     def __init__(self, src: Path, probes: dict[str, str], inputs: list[np.ndarray],
-                 names: list[str] | None = None) -> None:
+                 names: list[str] | None = None, batch: int = 1) -> None:
         ref = OrtReference(src, list(probes.values()))
         self.maps = {role: name for role, name in probes.items() if name in ref.extra}
         self.inputs = inputs
         self.names = names or [f"input {i}" for i in range(len(inputs))]
-        self.references = [ref.run(x) for x in inputs]
+        self.batch = batch  # a batch plan's images per run: ``inputs`` are single images (runtime/batches.py)
+        per_run = ref.session.get_inputs()[0].shape[0] if batch > 1 else 1
+        if per_run == batch > 1:  # a batch-B export: its batches, split into the images' own rows
+            self.references = [_rows(out, k, batch) for group in groups(range(len(inputs)), batch)
+                               for out in [ref.run(fill([inputs[i] for i in group], batch))]
+                               for k in range(len(group))]
+        else:  # the batch-1 model a --batch plan was compiled from: each image alone
+            self.references = [ref.run(x) for x in inputs]
 
     def reports(self, plan: Plan, backend: str = "emu") -> list[ImageReport]:
         return [r for _, r in self.each(plan, backend)]
@@ -167,6 +181,11 @@ class Comparison:
         with Runner(plan, backend) as runner:
             if device is not None:
                 runner.device = device(runner.device)
-            for i in range(len(self.inputs)) if order is None else order:
-                yield i, compare(self.names[i], runner.run(self.inputs[i], dense=True), self.references[i],
-                                 self.maps, plan.program.roles, w, h)
+            for group in groups(range(len(self.inputs)) if order is None else order, self.batch):
+                if self.batch == 1:
+                    results = [runner.run(self.inputs[group[0]], dense=True)]
+                else:
+                    result = runner.run(fill([self.inputs[i] for i in group], self.batch), dense=True)
+                    results = [image_of(result, k, self.batch) for k in range(len(group))]
+                for i, ours in zip(group, results):
+                    yield i, compare(self.names[i], ours, self.references[i], self.maps, plan.program.roles, w, h)
