@@ -123,9 +123,10 @@ def load(path: str | Path, *, target: str | None = None, backend: str = "emu") -
 
 def compile(onnx: str | Path, output: str | Path | None = None, *, precision: str = "accurate",
             target: str = DEFAULT_TARGET, input_shape: list[int] | None = None, dense: bool = False,
-            kernels: bool = False, overwrite: bool = False, backend: str = "emu") -> Model:
+            kernels: bool = False, overwrite: bool = False, backend: str = "emu", batch: int = 1) -> Model:
     """Compile ``onnx`` as `spc compile` does; the plan is written to ``output`` when given (never
-    over the ONNX, an existing file only with ``overwrite``), else kept in memory only."""
+    over the ONNX, an existing file only with ``overwrite``), else kept in memory only. ``batch``:
+    `--batch` (a batch plan's :meth:`Model.run` takes an array of its whole input shape)."""
     from spc.compiler import compile_onnx
     from spc.files import check_outputs
     from spc.plan.io import read_plan
@@ -137,5 +138,5 @@ def compile(onnx: str | Path, output: str | Path | None = None, *, precision: st
         if output is not None:
             check_outputs([out], [src], overwrite)
         compile_onnx(src, out, precision=PrecisionPlan(precision), target=target, input_shape=input_shape,
-                     dense=dense, kernels=kernels)
+                     dense=dense, kernels=kernels, batch=batch)
         return Model(read_plan(out, target), backend, out if output is not None else None)

@@ -13,12 +13,12 @@ import math
 import numpy as np
 
 from spc.errors import SpcError
-from spc.ir.graph import Graph, Placement, Value
+from spc.ir.graph import Graph, Node, Placement, Value
 from spc.lowering import readback
 from spc.lowering.emitter import INPUT_DTYPE, Emitter
 from spc.lowering.registry import LOWERINGS, device_support, lowering_for
 from spc.plan.program import DeviceTensor, HostNode, Program, TensorSpec
-from spc.ttnn.layout import DeviceLayout, Form, layout_of
+from spc.ttnn.layout import DeviceLayout, Form, PlainLayout, layout_of
 
 __all__ = ["LOWERINGS", "Emitter", "find_probes", "lower"]
 
@@ -105,19 +105,25 @@ def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, 
     fallback_outputs: list[DeviceTensor] = []
     fallback_post: list[HostNode] = []
     fused = [n for n in g.nodes if n.placement is Placement.HOST_POST and n.op.name == "spc.Keypoints"]
-    if compact and len(fused) == 1 and len(host_post) == 1:
-        n = fused[0]
-        k = readback.capacity(n) if capacity is None or int(n.attrs["max_keypoints"]) >= 0 else capacity
-        why = readback.unsupported(n, k, em.dtypes.get(names[id(n.inputs[1])], INPUT_DTYPE))
-        if why:
-            notes.append(f"keypoints are read back densely: {why}")
+    if compact and ((len(fused) == 1 and len(host_post) == 1) or
+                    (len(fused) > 1 and _only_keypoints_read_the_device(g, fused))):
+        # one extraction, or a batch plan's one per image with their stacking after them
+        whys = [why for n in fused if (why := readback.unsupported(
+            n, _capacity(n, capacity), em.dtypes.get(names[id(n.inputs[1])], INPUT_DTYPE)))]
+        if whys:
+            notes.append(f"keypoints are read back densely: {whys[0]}")
         else:
-            s, d = n.inputs[0], n.inputs[1]
-            assert s is not None and d is not None
-            compact_outputs, tail = readback.lower_keypoints(em, n, em.to_nhwc(names[id(s)], s, n.name),
-                                                             em.to_nhwc(names[id(d)], d, n.name), k)
+            per_image, tails = [], {}
+            for n in fused:
+                s, d = n.inputs[0], n.inputs[1]
+                assert s is not None and d is not None
+                outs, tails[n.name] = readback.lower_keypoints(em, n, em.to_nhwc(names[id(s)], s, n.name),
+                                                               em.to_nhwc(names[id(d)], d, n.name),
+                                                               _capacity(n, capacity))
+                per_image.append(outs)
+            compact_outputs, split = _read_together(em, per_image, consts)
             fallback_outputs, fallback_post = device_outputs, host_post
-            device_outputs, host_post = compact_outputs, [tail]
+            device_outputs, host_post = compact_outputs, [*split, *(tails.get(h.name, h) for h in host_post)]
     # which device tensor holds each IR value, in which layout: what the per-layer comparison reads
     made = {name: op.shape for op in em.ops for name in op.results}
     values = {t.name: t for t in device_inputs}
@@ -138,6 +144,44 @@ def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, 
         values=values,
     )
     return program, consts
+
+
+def _read_together(em: Emitter, per_image: list[list[DeviceTensor]],
+                   consts: dict[str, np.ndarray]) -> tuple[list[DeviceTensor], list[HostNode]]:
+    """The compact results of a batch plan's images, each kind concatenated on the device, so that a
+    run reads back one tensor per kind, not one per image (ttnn's host cost is per call:
+    memory/throughput.py); the host slices that give each image its own back. One image: as is."""
+    if len(per_image) == 1:
+        return per_image[0], []
+    together, split = [], []
+    for parts in zip(*per_image):
+        first = parts[0]
+        dim = len(first.device_shape) - 2 if len(first.device_shape) == 4 else 0  # [1,1,1,k] by rows; [1,k,c]
+        device_shape = list(first.device_shape)
+        device_shape[dim] *= len(parts)
+        name = f"{first.name}/images"
+        em.emit("ttnn.concat", [t.name for t in parts], name, PlainLayout(tuple(device_shape)), first.name,
+                store=em.dtypes.get(first.name), out_shape=device_shape, dim=dim)
+        together.append(DeviceTensor(name, [len(parts), *first.shape[1:]], device_shape, first.form, first.dtype))
+        for i, t in enumerate(parts):
+            bounds = [f"{t.name}/{what}" for what in ("start", "end", "axis")]
+            consts.update(zip(bounds, (np.array([i], np.int64), np.array([i + 1], np.int64), np.array([0], np.int64))))
+            split.append(HostNode("onnx.Slice", f"{t.name}/own", [name, *bounds], [t.name]))
+    return together, split
+
+
+def _capacity(n: Node, capacity: int | None) -> int:
+    """The device top-K of keypoint op ``n`` (``--keypoint-capacity`` where it keeps every keypoint)."""
+    return readback.capacity(n) if capacity is None or int(n.attrs["max_keypoints"]) >= 0 else capacity
+
+
+def _only_keypoints_read_the_device(g: Graph, fused: list[Node]) -> bool:
+    """Whether the host post-processing reads the device only through the keypoint ops (a batch
+    plan's: the rest of it, the stacking of each image's results, reads what they make)."""
+    mine = {id(n) for n in fused}
+    return all(id(n) in mine or all(v is None or v.producer is None or v.producer.placement is Placement.HOST_POST
+                                    for v in n.inputs)
+               for n in g.nodes if n.placement is Placement.HOST_POST)
 
 
 def _held_value(em: Emitter, v: Value, held: str, made: dict[str, list[int]]) -> DeviceTensor | None:

@@ -335,7 +335,7 @@ def _host(nodes: list[HostNode], known: dict[str, Any], weights: dict[str, np.nd
         if op.infer is None:  # ops whose types their producer gives: the program's declared outputs
             _spelled_outputs(n, stage)
             if not all(o in declared for o in n.outputs):
-                if n.op != "spc.Keypoints":
+                if n.op not in ("spc.Keypoints", "spc.KeypointsFromTopK"):
                     raise SpcError(f"{stage} node {n.name} ({n.op}): its outputs must be the program's")
                 # one image's keypoints of a batch plan, which the stacking after it reads: sizes
                 # known at run time, checked there against the declared outputs (runtime/runner.py)

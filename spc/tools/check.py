@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from spc.errors import SpcError
 from spc.plan.io import Plan
 from spc.runtime.batches import image_shape, images_per_run
 from spc.runtime.inputs import load_input
@@ -15,7 +16,7 @@ from spc.tuning.per_layer import PerLayerReport, per_layer
 def check_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | None, backend: str,
                 allow_nonfinite: bool = False) -> list[ImageReport]:
     src = find_source(plan, plan_path, onnx)
-    batch = images_per_run(plan.program)  # a batch plan: single images, run B at a time
+    batch = images_per_run(plan)  # a batch plan: single images, run B at a time (N*B on N chips)
     shape = [int(d) for d in plan.program.inputs[0].shape]
     arrays = [load_input(f, image_shape(shape) if batch > 1 else shape, allow_nonfinite) for f in files]
     probes = {role: t.name for role, t in plan.program.probes.items()}
@@ -24,6 +25,11 @@ def check_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | Non
 
 def per_layer_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | None, min_pcc: float | None,
                     allow_nonfinite: bool = False) -> list[PerLayerReport]:
+    if images_per_run(plan.program) > 1:
+        raise SpcError(f"{plan_path}: --per-layer compares plans that run one image; this one runs "
+                       f"{images_per_run(plan.program)} at a time (--batch): compile the model without --batch to see "
+                       "where it departs from onnxruntime (a batch plan computes each image as that plan does: "
+                       "docs/batch.md)")
     shape = [int(d) for d in plan.program.inputs[0].shape]
     arrays = [load_input(f, shape, allow_nonfinite) for f in files]  # every input checked before the first run
     return [per_layer(plan, plan_path, x, onnx, f.name, min_pcc) for f, x in zip(files, arrays)]
