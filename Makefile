@@ -14,7 +14,7 @@ PY312 ?= $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.12.1/
 TTNN_VENV := .venv-ttnn
 TTNN_STAMP := $(TTNN_VENV)/.installed
 
-.PHONY: demo test lint bench mock-env corpus device-conformance fuzz report-screenshot clean
+.PHONY: demo test lint bench mock-env corpus device-conformance fuzz multichip report-screenshot clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -58,6 +58,11 @@ fuzz: $(STAMP)
 # every ONNX conformance case whose ops lower, on the emulator and on the mock p150 (the suite runs one per op set)
 device-conformance: $(STAMP) $(TTNN_STAMP)
 	SPC_ALL_DEVICE_CASES=1 $(BIN)/pytest tests/test_device_conformance.py
+
+# data parallelism on mock clusters of 2, 4 and 8 Blackhole chips (docs/ttnn.md): the suite's 120x160 batch plans,
+# plus the 480x640 network over eight chips
+multichip: $(STAMP) $(TTNN_STAMP)
+	SPC_MULTICHIP_LARGE=1 $(BIN)/pytest -n0 -q tests/test_multichip.py
 
 # `spc report` on the demo's model and image, rendered by a real headless browser into docs/report.png (the
 # README's picture). Chromium from Debian's packages: apt-get install -y chromium. Runs `make demo` first

@@ -47,6 +47,8 @@ GROUPS = {
     "tests/test_fuzz.py": "fuzz",  # compiles three plan variants
     "tests/test_emit_py_injection.py": "emit-py",  # emits and runs the clean program
     "tests/test_corpus.py": "corpus",  # compiles every export of the corpus
+    "tests/test_multichip.py": "multichip",  # compiles the plans it runs on three mock clusters
+    "tests/test_batch.py": "batch",  # compiles a batch-1 and a batch-2 plan
     "tests/test_run_outputs.py": "run-outputs",  # runs the small plan on two images three ways
     "tests/kernels/test_nms_kernels.py": "nms-kernels",  # compiles four plans
     # one module-level RNG draws every test's data: the tests see the data they were written

@@ -33,6 +33,7 @@ from pydantic import (
 
 from spc.errors import SpcError
 from spc.plan.calls import CALLS, MAX_DIM, MAX_RANK, Format, MemoryConfigKey, PageLayoutName
+from spc.ttnn.targets import TARGETS
 
 MAX_NAME = 512
 MAX_CALLS = 20_000
@@ -62,7 +63,7 @@ SymbolicDim = Annotated[StrictInt, Field(ge=0, le=MAX_DIM)] | Annotated[StrictSt
                                                                          AfterValidator(_symbol)]
 IRType = Literal["f32", "f64", "f16", "bf16", "i64", "i32", "i16", "i8", "u64", "u32", "u16", "u8", "i1"]
 Sha256 = Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{64}$")]
-Target = Literal["p150", "n150", "n300"]
+Target = Literal[tuple(TARGETS)]  # type: ignore[valid-type]  # the targets table (ttnn/targets.py)
 # the source model's metadata_props as the manifest keeps them (model_metadata): data, never read
 # as settings; the compiler keeps the first entries by key and truncates longer keys and values
 MAX_METADATA_ENTRIES = 64

@@ -1,5 +1,6 @@
 """Plans that take B images at once (input ``[B, C, H, W]``, B > 1: ``spc compile --batch`` or a
-batch-B export): frames are grouped B at a time, a short last group is padded with copies of its
+batch-B export), or N*B on a target of N chips (each chip runs the plan's program on its own B):
+frames are grouped N*B at a time, a short last group is padded with copies of its
 last frame, and each result is split back into the images' own (the pad's dropped).
 
 An image's result is its row of every output and batched dense map: ``[1, ...]``, as the batch-1 model
@@ -15,16 +16,20 @@ from typing import TypeVar
 import numpy as np
 
 from spc.errors import SpcError
+from spc.plan.io import Plan
 from spc.plan.program import Program
-from spc.runtime.runner import RunResult
+from spc.runtime.runner import RunResult, plan_chips
 
 T = TypeVar("T")
 
 
-def images_per_run(program: Program) -> int:
-    """B of a plan whose input is ``[B, C, H, W]`` (1 for any other input)."""
+def images_per_run(plan: Plan | Program) -> int:
+    """B of a plan whose input is ``[B, C, H, W]`` (1 for any other input), times the chips of its
+    target (a Plan's manifest says which; a Program alone is one chip's)."""
+    program = plan.program if isinstance(plan, Plan) else plan
     shape = program.inputs[0].shape
-    return int(shape[0]) if len(shape) == 4 and isinstance(shape[0], int) else 1
+    per_chip = int(shape[0]) if len(shape) == 4 and isinstance(shape[0], int) else 1
+    return per_chip * (plan_chips(plan) if isinstance(plan, Plan) else 1)
 
 
 def image_shape(shape: list[int]) -> list[int]:
@@ -51,7 +56,12 @@ def fill(images: list[np.ndarray], batch: int) -> np.ndarray:
 
 
 def image_of(result: RunResult, k: int, batch: int) -> RunResult:
-    """Image ``k``'s result of a run on ``batch`` images: its row of every output and map."""
+    """Image ``k``'s result of a run on ``batch`` images: its row of every output and map. A run over
+    N chips: the row of its chip's own result (the image's result itself when each chip has one)."""
+    if result.chips:
+        per_chip = batch // len(result.chips)
+        own = result.chips[k // per_chip]
+        return own if per_chip == 1 else image_of(own, k % per_chip, per_chip)
     def row(name: str, a: np.ndarray) -> np.ndarray:
         if a.ndim == 0 or a.shape[0] != batch:
             raise SpcError(f"output {name} is {list(a.shape)}: it has no batch axis of {batch} to split into the "

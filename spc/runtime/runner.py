@@ -1,4 +1,8 @@
-"""Run a plan on one input: host-pre -> device (a backend) -> host-post, timing each phase."""
+"""Run a plan on one input: host-pre -> device (a backend) -> host-post, timing each phase.
+
+A plan for a target of N chips (ttnn/targets.py) takes N times its program's input per run: the
+host stages run on each chip's part in turn, the device stage once for all chips (the backend
+splits the inputs over the chips on axis 0 and stacks their results on it)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from spc.plan.io import Plan
 from spc.plan.program import DeviceTensor, TensorSpec
 from spc.runtime.backend import get_backend
 from spc.runtime.host import run_host
+from spc.ttnn.targets import DEFAULT_TARGET, TARGETS
 
 
 @dataclass
@@ -21,6 +26,26 @@ class RunResult:
     outputs: dict[str, np.ndarray]  # the model's outputs, by ONNX output name
     dense: dict[str, np.ndarray]  # device maps by role ("score_map", ...), in IR shape
     seconds: dict[str, float] = field(default_factory=dict)
+    # a run over several chips: each chip's own result (its part of the input, as the plan's program
+    # takes it); ``outputs`` and ``dense`` are then theirs stacked on axis 0, zero-padded where
+    # their sizes differ (runtime/batches.py's image_of reads the chips' own)
+    chips: list[RunResult] = field(default_factory=list)
+
+
+def plan_chips(plan: Plan) -> int:
+    """How many chips the plan's target has (each runs the program on its own input)."""
+    target = TARGETS.get(str(plan.manifest.get("target") or DEFAULT_TARGET))
+    return target.chips if target is not None else 1  # the backend refuses a target it does not know
+
+
+def _stacked(arrays: list[np.ndarray]) -> np.ndarray:
+    """The chips' arrays on axis 0; sizes that differ (keypoint counts) zero-padded to the largest."""
+    if len(arrays) == 1:
+        return arrays[0]
+    if any(a.ndim == 0 for a in arrays):
+        return np.stack(arrays)
+    size = [max(a.shape[i] for a in arrays) for i in range(1, arrays[0].ndim)]
+    return np.concatenate([np.pad(a, [(0, 0), *[(0, n - m) for n, m in zip(size, a.shape[1:])]]) for a in arrays])
 
 
 def _host_value(t: DeviceTensor, y: np.ndarray) -> np.ndarray:
@@ -49,6 +74,7 @@ class Runner:
         self.plan = plan
         self.program = plan.program
         self.device = get_backend(backend, trace, plan.manifest.get("target")).prepare(plan.program, plan.weights)
+        self.chips = plan_chips(plan)
         self.overflows = 0  # frames read densely because the compact read-back could not hold them
 
     def close(self) -> None:
@@ -61,36 +87,66 @@ class Runner:
         self.close()
 
     def run(self, x: np.ndarray, dense: bool = False) -> RunResult:
+        """The plan on ``x``: its input, or on N chips the N chips' inputs stacked on axis 0."""
         p = self.program
         spec = p.inputs[0]
-        if list(x.shape) != [int(d) for d in spec.shape]:
-            raise SpcError(f"input shape {list(x.shape)} does not match the plan's {spec.name} {spec.shape}")
+        shape = [int(d) for d in spec.shape]
+        n = self.chips
+        want = [shape[0] * n, *shape[1:]] if n > 1 else shape
+        if list(x.shape) != want:
+            chips = f" on each of its {n} chips: {want}, the chips' inputs stacked on axis 0" if n > 1 else ""
+            raise SpcError(f"input shape {list(x.shape)} does not match the plan's {spec.name} {spec.shape}{chips}")
         seconds: dict[str, float] = {}
         t0 = time.perf_counter()
-        env: dict[str, np.ndarray] = {spec.name: x.astype(np.float32)}
-        run_host(p.host_pre, env, self.plan.weights)
-        dev_in = {t.name: t.layout.to_device(env[t.name]) for t in p.device_inputs}
+        part = shape[0] if n > 1 else 0
+        envs: list[dict[str, np.ndarray]] = []
+        for k in range(n):  # each chip's part through host-pre
+            env: dict[str, np.ndarray] = {spec.name: (x[k * part:(k + 1) * part] if n > 1 else x).astype(np.float32)}
+            run_host(p.host_pre, env, self.plan.weights)
+            envs.append(env)
+        dev_in = {t.name: _stacked([t.layout.to_device(env[t.name]) for env in envs]) for t in p.device_inputs}
         t1 = time.perf_counter()
         read = [t.name for t in p.device_outputs]
         if dense:
             read += [t.name for t in p.probes.values() if t.name not in read]
-        got = self.device.run(dev_in, read)
+        got = self._parts(self.device.run(dev_in, read))
         t2 = time.perf_counter()
-        for t in p.device_outputs:
-            env[t.name] = _host_value(t, got[t.name])
-        try:
-            run_host(p.host_post, env, self.plan.weights)
-        except KeypointOverflow:
-            # more keypoints than the compact read-back holds: this frame is read densely (the
-            # device stage runs again; on hardware, a trace replay)
-            self.overflows += 1
-            got.update(self.device.run(dev_in, [t.name for t in p.fallback_outputs]))
-            for t in p.fallback_outputs:
-                env[t.name] = _host_value(t, got[t.name])
-            run_host(p.fallback_post, env, self.plan.weights)
+        fallback: list[dict[str, np.ndarray]] = []
+        for k, env in enumerate(envs):  # each chip's results through host-post
+            for t in p.device_outputs:
+                env[t.name] = _host_value(t, got[k][t.name])
+            try:
+                run_host(p.host_post, env, self.plan.weights)
+            except KeypointOverflow:
+                # more keypoints than the compact read-back holds: this frame is read densely (the
+                # device stage runs again, once for all chips; on hardware, a trace replay)
+                self.overflows += 1
+                if not fallback:
+                    fallback = self._parts(self.device.run(dev_in, [t.name for t in p.fallback_outputs]))
+                for t in p.fallback_outputs:
+                    env[t.name] = _host_value(t, fallback[k][t.name])
+                run_host(p.fallback_post, env, self.plan.weights)
         t3 = time.perf_counter()
         seconds.update(host_pre=t1 - t0, device=t2 - t1, host_post=t3 - t2)
         seconds.update({f"device.{k}": v for k, v in getattr(self.device, "seconds", {}).items()})
+        results = [self._result(env, got[k], dense, seconds) for k, env in enumerate(envs)]
+        if n == 1:
+            return results[0]
+        return RunResult({o.name: _stacked([r.outputs[o.name] for r in results]) for o in p.outputs},
+                         {role: _stacked([r.dense[role] for r in results]) for role in results[0].dense},
+                         seconds, results)
+
+    def _parts(self, got: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+        """The device's results, the chips' stacked on axis 0, as each chip's own."""
+        if self.chips == 1:
+            return [got]
+        split = {name: np.split(a, self.chips) for name, a in got.items()}
+        return [{name: parts[k] for name, parts in split.items()} for k in range(self.chips)]
+
+    def _result(self, env: dict[str, np.ndarray], got: dict[str, np.ndarray], dense: bool,
+                seconds: dict[str, float]) -> RunResult:
+        """One chip's outputs (or the one chip's), checked against the plan's declaration."""
+        p = self.program
         missing = [o.name for o in p.outputs if o.name not in env]
         if missing:
             raise SpcError(f"output {missing[0]}: the host stage did not make it; the plan is inconsistent, "

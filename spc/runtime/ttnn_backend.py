@@ -3,12 +3,18 @@
 * ``ttnn``: a Tenstorrent device (not validated here: no hardware). By default the program is
   captured as a trace after a warm-up run; per frame the input is written on command queue 1
   while queue 0 replays the trace, ordered by events, and only the plan's outputs are read;
-* ``ttnn-mock``: a mock Blackhole p150 (runtime/ttnn_mock/harness.py): ttnn's host code validates
-  every call, allocates L1 and sizes circular buffers; nothing executes, values come back zero.
+* ``ttnn-mock``: a mock Blackhole p150, or a mock cluster of several for a multi-chip target
+  (runtime/ttnn_mock/harness.py: CLUSTERS): ttnn's host code validates every call, allocates L1
+  and sizes circular buffers; nothing executes, values come back zero.
   Trace capture and events crash in mock mode, so it runs call by call (``--no-trace`` on a device).
 
-Both open the same device, a 1x1 mesh with two command queues, and write each frame into
-persistent input tensors. Imports only numpy and ttnn (ttnn 0.81.1 exists for Python 3.10/3.12
+Both open the same device, a mesh with two command queues (1x1 for one chip), and write each frame
+into persistent input tensors. On a target of N chips (ttnn/targets.py: ``chips``, ``mesh``) the
+program runs data-parallel: the mesh is the target's, constants and conv weights are on every chip
+(replicated), the frame's inputs are the N chips' inputs stacked on axis 0 and split over the chips
+on that axis (``shard_tensor_to_mesh_mapper(mesh, 0)``), every call runs once on the mesh, and each
+result comes back as the chips' results stacked on axis 0 (``get_device_tensors``, in the mesh's
+order, which is the mapper's). Imports only numpy and ttnn (ttnn 0.81.1 exists for Python 3.10/3.12
 only; see `make mock-env`). Each program call is evaluated from its description
 (ttnn/calls.py); conv weights go up as float32 host tensors and come back prepared from
 the first run (return_weights_and_bias), so later runs reuse them, as the hand-written port does.
@@ -42,6 +48,10 @@ RUNTIME_CALLS: dict[str, tuple[str, ...]] = {
     "open_mesh_device": ("mesh_shape", "l1_small_size", "trace_region_size", "num_command_queues"),
     "allocate_tensor_on_device": ("shape", "dtype", "layout", "mesh_device", "memory_config"),
     "to_device": ("tensor", "device", "memory_config"),
+    "replicate_tensor_to_mesh_mapper": ("mesh_device",),
+    "shard_tensor_to_mesh_mapper": ("mesh_device", "dim"),
+    "get_device_tensors": ("tensor",),
+    "to_dtype": ("tensor", "dtype"),
     "to_layout": ("tensor", "layout"),
     "copy_host_to_device_tensor": ("host_tensor", "device_tensor", "cq_id"),
     "record_event": ("mesh_device", "cq_id"),
@@ -67,18 +77,29 @@ def ttnn_message(exc: BaseException) -> str:
 
 # where Tenstorrent's kernel driver puts its device nodes (tt-kmd)
 DEVICE_NODES = "/dev/tenstorrent"
+# the mock cluster this process has opened (runtime/ttnn_mock/harness.py CLUSTERS): tt-metal reads
+# its descriptor once per process
+_MOCK_CLUSTER: str | None = None
 
 
 class TtnnProgram:
     def __init__(self, program: Program, weights: dict[str, np.ndarray], mock: bool, trace: bool = False,
                  target: str | None = None) -> None:
+        chip = get_target(target) if target is not None else None
+        self.chips = chip.chips if chip is not None else 1  # each runs the program on its own inputs
+        mesh = chip.mesh if chip is not None else (1, 1)
         if mock:
-            from spc.runtime.ttnn_mock.harness import HarnessError, prepare
+            from spc.runtime.ttnn_mock.harness import HarnessError, cluster_of, prepare
 
+            global _MOCK_CLUSTER
+            if _MOCK_CLUSTER not in (None, cluster_of(target)):  # tt-metal reads the descriptor once
+                raise SpcError(f"this process has opened the mock {_MOCK_CLUSTER}, and a process opens one mock "
+                               f"cluster only: run the plan for {target} in another process")
             try:
-                os.environ.update(prepare())
+                os.environ.update(prepare(cluster=cluster_of(target)))
             except HarnessError as exc:
-                raise SpcError(f"mock p150: {exc}") from None
+                raise SpcError(f"mock {cluster_of(target)}: {exc}") from None
+            _MOCK_CLUSTER = cluster_of(target)
         elif not os.path.isdir(DEVICE_NODES):  # before ttnn, which would log and then fail in C++
             raise SpcError(f"no Tenstorrent device here ({DEVICE_NODES} is absent): use --backend emu (the CPU, "
                            "device numerics) or --backend ttnn-mock (ttnn's checks on a mock p150)")
@@ -98,16 +119,28 @@ class TtnnProgram:
         self.done_event: Any = None
         self.seconds: dict[str, float] = {}  # the last frame's phases
         self.inputs: dict[str, Any] = {}
-        self.device = self.call("open_mesh_device", mesh_shape=ttnn.MeshShape(1, 1), l1_small_size=L1_SMALL_BYTES,
+        self.device = self.call("open_mesh_device", mesh_shape=ttnn.MeshShape(*mesh), l1_small_size=L1_SMALL_BYTES,
                                 trace_region_size=TRACE_REGION_BYTES if trace else 0, num_command_queues=2)
         try:
-            if target is not None:
-                self._check_arch(get_target(target), "mock p150" if mock else "the device")
+            if chip is not None:
+                self._check_arch(chip, f"mock {cluster_of(target)}" if mock else "the device")
+                if self.device.get_num_devices() != chip.chips:
+                    raise SpcError(f"the plan is for {chip.name}, {chip.chips} chips, and the mesh opened has "
+                                   f"{self.device.get_num_devices()}")
             self.constants = {c.name: self._constant(c.weight, c.device_shape, c.dtype) for c in program.constants}
             self.calls = [(op, self._bind(op)) for op in program.device_ops]
         except Exception:
             self.close()
             raise
+
+    def _mapper(self, replicate: bool) -> dict[str, Any]:
+        """A host tensor's placement on a mesh of several chips: the same tensor on every chip, or
+        its axis 0 split over them in the mesh's order (none on one chip)."""
+        if self.chips == 1:
+            return {}
+        if replicate:
+            return {"mesh_mapper": self.call("replicate_tensor_to_mesh_mapper", mesh_device=self.device)}
+        return {"mesh_mapper": self.call("shard_tensor_to_mesh_mapper", mesh_device=self.device, dim=0)}
 
     def _check_arch(self, target: Target, device: str) -> None:
         """A plan's memory configurations and grid are the target's: another chip is refused."""
@@ -124,7 +157,7 @@ class TtnnProgram:
         except KeyError:
             raise SpcError(f"plan is missing the constant {key}") from None
         host = t.Tensor(np.ascontiguousarray(array, dtype=np.float32).reshape(shape), data_type=getattr(t, dtype.value),
-                        layout=t.ROW_MAJOR_LAYOUT)
+                        layout=t.ROW_MAJOR_LAYOUT, **self._mapper(replicate=True))
         dev = self.call("to_device", tensor=host, device=self.device, memory_config=t.DRAM_MEMORY_CONFIG)
         return self.call("to_layout", tensor=dev, layout=t.TILE_LAYOUT)
 
@@ -200,11 +233,13 @@ class TtnnProgram:
         return getattr(self.ttnn, name)(*args, **kwargs)
 
     def write(self, inputs: dict[str, np.ndarray], queue: int) -> None:
-        """The frame's inputs into the persistent device inputs, on command queue ``queue``."""
+        """The frame's inputs into the persistent device inputs, on command queue ``queue``; on N
+        chips each input is the chips' own stacked on axis 0, and chip k gets the k-th of N parts."""
         t = self.ttnn
         for spec in self.program.device_inputs:
-            host = t.Tensor(np.ascontiguousarray(inputs[spec.name], dtype=np.float32).reshape(spec.device_shape),
-                            data_type=t.bfloat16, layout=t.ROW_MAJOR_LAYOUT)
+            shape = [spec.device_shape[0] * self.chips, *spec.device_shape[1:]]
+            host = t.Tensor(np.ascontiguousarray(inputs[spec.name], dtype=np.float32).reshape(shape),
+                            data_type=t.bfloat16, layout=t.ROW_MAJOR_LAYOUT, **self._mapper(replicate=False))
             if spec.name not in self.inputs:  # persistent: a trace reads its input from a fixed buffer
                 self.inputs[spec.name] = self.call("allocate_tensor_on_device", shape=t.Shape(spec.device_shape),
                                                    dtype=t.bfloat16, layout=t.ROW_MAJOR_LAYOUT,
@@ -304,10 +339,23 @@ class TtnnProgram:
         self.ttnn.deallocate(tensor)
 
     def _read(self, tensor: Any) -> np.ndarray:
+        """A device tensor as float32; on N chips, the chips' tensors stacked on axis 0."""
         t = self.ttnn
         host = t.from_device(t.to_layout(tensor, t.ROW_MAJOR_LAYOUT))
-        # to_list, not to_numpy: with numpy 1.26 a bf16 to_numpy gives a 0-d object array
-        return np.asarray(host.to_list(), dtype=np.float32).reshape([int(d) for d in host.shape])
+        if self.chips == 1:
+            return self._numpy(host)
+        return np.concatenate([self._numpy(part) for part in self.call("get_device_tensors", tensor=host)])
+
+    def _numpy(self, host: Any) -> np.ndarray:
+        t = self.ttnn
+        shape = [int(d) for d in host.shape]
+        if host.dtype != t.float32:
+            try:  # on the host: 20x faster than to_list
+                host = self.call("to_dtype", tensor=host, dtype=t.float32)
+            except Exception:  # a type to_dtype does not convert: element by element
+                return np.asarray(host.to_list(), dtype=np.float32).reshape(shape)
+        # float32 first: with numpy 1.26 a bf16 to_numpy gives a 0-d object array
+        return np.asarray(host.to_numpy(), dtype=np.float32).reshape(shape)
 
     def close(self) -> None:
         device, self.device = getattr(self, "device", None), None

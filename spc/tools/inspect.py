@@ -131,8 +131,8 @@ def plan_report(plan: Plan, plan_file: str = "") -> PlanReport:
                       weights={k.removeprefix("spc.weights."): v for k, v in metadata.items()
                                if k.startswith("spc.weights.")},
                       model_metadata=metadata,
-                      throughput=Throughput(images_per_run(p), total, len(p.device_inputs),
-                                            len(p.device_outputs)).as_dict(),
+                      throughput={**Throughput(images_per_run(p), total, len(p.device_inputs),
+                                               len(p.device_outputs)).as_dict(), "chips": target.chips},
                       batch_search=[dict(r) for r in m.get("batch_search") or [] if isinstance(r, dict)])
 
 
@@ -236,7 +236,9 @@ def print_report(report: PlanReport) -> None:
         say(f"end to end ({b} image(s) per run): device {t['device_s'] * 1e3:.3f} ms per run, "
             f"{t['uploads']} upload(s) x {H2D_CALL_S * 1e3:g} ms and {t['readbacks']} read-back(s) x "
             f"{D2H_CALL_S * 1e3:g} ms per run ({t['uploads'] / b:g} and {t['readbacks'] / b:g} per frame; ttnn's "
-            f"per-call host costs, measured by the hand port); predicted {t['fps']:.1f} frames/s")
+            f"per-call host costs, measured by the hand port); predicted {t['fps']:.1f} frames/s"
+            + (f" per chip, up to {t['fps'] * t['chips']:.1f} on the {t['chips']} chips (each runs its own images; "
+               "a mesh's host cost per call is not measured)" if t.get("chips", 1) > 1 else ""))
     if report.batch_search:
         say("--batch auto tried: " + "; ".join(
             f"{clean(r.get('batch'))}: " + (f"{r.get('fps', 0):.1f} frames/s, {r.get('run_s', 0) * 1e3:.1f} ms per run"

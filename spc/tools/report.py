@@ -95,7 +95,7 @@ def _first_frame(plan: Plan, path: Path, allow_nonfinite: bool) -> Any:
     from spc.runtime.frames import frames, probe
 
     shape = [int(d) for d in plan.program.inputs[0].shape]
-    shape = image_shape(shape) if images_per_run(plan.program) > 1 else shape
+    shape = image_shape(shape) if images_per_run(plan) > 1 else shape
     stream = frames([probe(path, shape, allow_nonfinite)], shape, keep_original=True,
                     allow_nonfinite=allow_nonfinite)
     try:
@@ -128,7 +128,7 @@ def run_input(plan: Plan, plan_path: Path, path: Path, onnx: Path | None, allow_
 
     src = find_source(plan, plan_path, onnx)  # before any work: a plan without its ONNX is refused here
     frame = _first_frame(plan, path, allow_nonfinite)
-    batch = images_per_run(plan.program)
+    batch = images_per_run(plan)
     x = fill([frame.x], batch) if batch > 1 else frame.x  # a batch plan: B copies; the page shows the first
     out = InputResult(str(path.name) + ("" if frame.index is None else f" (frame {frame.index})"))
     roles = plan.program.roles

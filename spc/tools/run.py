@@ -316,7 +316,7 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
     frame is (outputs, every input's header), then the inputs are decoded as the device needs them,
     ``prefetch`` frames ahead (memory does not grow with the number of inputs)."""
     spec = plan.program.inputs[0]
-    batch = images_per_run(plan.program)  # a batch plan runs B frames at once (runtime/batches.py)
+    batch = images_per_run(plan)  # a batch plan runs B frames at once, N*B on N chips (runtime/batches.py)
     shape = image_shape([int(d) for d in spec.shape]) if batch > 1 else [int(d) for d in spec.shape]
     roles = plan.program.roles
     height, width = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)

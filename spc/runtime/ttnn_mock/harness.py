@@ -1,4 +1,5 @@
-"""Prepare the real ttnn 0.81.1 library to run against a mock Blackhole p150.
+"""Prepare the real ttnn 0.81.1 library to run against a mock Blackhole p150 (or several Blackhole
+chips on one host: CLUSTERS).
 
 tt-metal's mock cluster mode (TT_METAL_MOCK_CLUSTER_DESC_PATH) mocks every driver call, so
 `ttnn.open_device` runs the real host stack — op validation, program factories, the L1
@@ -10,7 +11,8 @@ the PyPI wheel lacks, this module supplies, in ``home`` (default ``.venv-ttnn/mo
   folder (the key is discovered by opening once, not hard-coded: it depends on the descriptor,
   the dispatch mode and even the compiler's --version banner);
 * a stand-in for the SFPI compiler (fake_riscv_gxx.py: empty objects, minimal kernel ELFs);
-* the environment (``env(home)``), which must be set before ``import ttnn``.
+* the environment (``env(home, cluster)``), which must be set before ``import ttnn``; ``cluster``
+  names the cluster descriptor (CLUSTERS: a p150, a p300's two chips, 4 or 8 p150s).
 
 Measured facts behind it: shared/reference/ttnn-without-hardware.md, corrected where this
 machine differed (the build key; the kernel ELF's data load address). Every assumption is
@@ -41,12 +43,29 @@ def default_home() -> Path:
     return Path(os.environ.get("SPC_TTNN_MOCK_HOME") or Path(sys.prefix) / "mock")
 
 
-def env(home: Path) -> dict[str, str]:
-    """The variables ttnn needs, to be set before it is imported."""
+# the mock clusters, by target name (ttnn/targets.py): the descriptor and the mesh it opens. The
+# multi-chip ones are tt-umd's examples with the p150's harvesting, so they share its firmware
+# build keys and kernel cache (shared/reference/multichip-mock.md); a target without its own
+# descriptor (n150, n300) opens the p150, and the backend then refuses a plan of another arch
+CLUSTERS: dict[str, tuple[str, tuple[int, int]]] = {
+    "p150": ("p150_cluster_desc.yaml", (1, 1)),
+    "p300": ("p300_cluster_desc.yaml", (1, 2)),
+    "4xp150": ("4xp150_cluster_desc.yaml", (1, 4)),
+    "8xp150": ("8xp150_cluster_desc.yaml", (1, 8)),
+}
+
+
+def cluster_of(target: str | None) -> str:
+    """The mock cluster a plan for ``target`` runs on."""
+    return target if target in CLUSTERS else "p150"
+
+
+def env(home: Path, cluster: str = "p150") -> dict[str, str]:
+    """The variables ttnn needs, to be set before it is imported; ``cluster``: a key of CLUSTERS."""
     overrides = {"cache_path": str(home / "ttnn-cache"), "model_cache_path": str(home / "ttnn-cache" / "models"),
                  "tmp_dir": str(home / "ttnn-tmp"), "root_report_path": str(home / "reports")}
     return {
-        "TT_METAL_MOCK_CLUSTER_DESC_PATH": str(HERE / "p150_cluster_desc.yaml"),
+        "TT_METAL_MOCK_CLUSTER_DESC_PATH": str(HERE / CLUSTERS[cluster][0]),
         "TT_METAL_RUNTIME_ROOT": str(home / "root") + "/",
         "TT_METAL_CACHE": str(home / "cache") + "/",
         "TTNN_CONFIG_OVERRIDES": json.dumps(overrides, sort_keys=True),
@@ -109,9 +128,19 @@ _KEY_SCRIPTS = {
 }
 
 
-def prepare(home: Path | None = None) -> dict[str, str]:
-    """Build (or reuse) the overlay in ``home`` and return the environment; idempotent."""
+def _mesh_script(mesh: tuple[int, int]) -> str:
+    """Open and close the whole mesh of a multi-chip cluster, as the backend opens it."""
+    return (f"import ttnn\nd = ttnn.open_mesh_device(ttnn.MeshShape({mesh[0]}, {mesh[1]}), l1_small_size=32768, "
+            "trace_region_size=0, num_command_queues=2)\nttnn.close_mesh_device(d)\n")
+
+
+def prepare(home: Path | None = None, cluster: str = "p150") -> dict[str, str]:
+    """Build (or reuse) the overlay in ``home`` and return the environment for the mock ``cluster``
+    (a key of CLUSTERS); idempotent. A multi-chip cluster is opened once as the whole mesh, after
+    the p150's set-up, and any build key of its own linked too (none, with the p150's harvesting)."""
     home = (home or default_home()).resolve()
+    if cluster not in CLUSTERS:
+        raise HarnessError(f"no mock cluster {cluster!r} (known: {', '.join(CLUSTERS)})")
     pkg = _package_dir()
     firmware = pkg / "tt_metal" / "pre-compiled" / SHIPPED_BLACKHOLE_FIRMWARE
     if not (firmware / "active_erisc").is_dir() or not (firmware / "drisc").is_dir():
@@ -121,14 +150,24 @@ def prepare(home: Path | None = None) -> dict[str, str]:
     # the overlay runs this very copy of the stand-in compiler with this interpreter: a moved or
     # reinstalled spc (or venv) rebuilds it
     ready = {"package": str(pkg), "ttnn": TTNN_VERSION, "compiler": _compiler_command()}
-    if stamp.exists() and json.loads(stamp.read_text()) == ready:
-        return variables
     root = home / "root"
-    _overlay(pkg, root)
-    for what, script in _KEY_SCRIPTS.items():
-        _link_firmware_key(what, script, home, variables, root, firmware)
-    home.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps(ready))
+    if not (stamp.exists() and json.loads(stamp.read_text()) == ready):
+        _overlay(pkg, root)
+        for what, script in _KEY_SCRIPTS.items():
+            _link_firmware_key(what, script, home, variables, root, firmware)
+        home.mkdir(parents=True, exist_ok=True)
+        for old in home.glob("ready-*.json"):  # the clusters opened on the old overlay
+            old.unlink()
+        stamp.write_text(json.dumps(ready))
+    if cluster == "p150":
+        return variables
+    variables = env(home, cluster)
+    cluster_stamp = home / f"ready-{cluster}.json"
+    ready = {**ready, "descriptor": (HERE / CLUSTERS[cluster][0]).read_text()}
+    if not (cluster_stamp.exists() and json.loads(cluster_stamp.read_text()) == ready):
+        _link_firmware_key(f"{cluster}, the {CLUSTERS[cluster][1][0]}x{CLUSTERS[cluster][1][1]} mesh",
+                           _mesh_script(CLUSTERS[cluster][1]), home, variables, root, firmware)
+        cluster_stamp.write_text(json.dumps(ready))
     return variables
 
 
@@ -147,13 +186,14 @@ def _link_firmware_key(what: str, script: str, home: Path, variables: dict[str, 
             return
         if not keys or (root / "tt_metal" / "pre-compiled" / keys[0]).exists():
             tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-            raise HarnessError(f"opening the mock p150 ({what}) failed ({tail}); the harness's assumptions about "
+            raise HarnessError(f"opening the mock cluster ({what}) failed ({tail}); the harness's assumptions about "
                                f"ttnn {TTNN_VERSION} no longer hold")
         (root / "tt_metal" / "pre-compiled" / keys[0]).symlink_to(firmware)
-    raise HarnessError(f"opening the mock p150 ({what}) still fails after linking its firmware key")
+    raise HarnessError(f"opening the mock cluster ({what}) still fails after linking its firmware key")
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m spc.runtime.ttnn_mock.harness [HOME [CLUSTER]]
     try:
-        print(json.dumps(prepare(Path(sys.argv[1]) if len(sys.argv) > 1 else None), indent=1))
+        print(json.dumps(prepare(Path(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] else None,
+                                 sys.argv[2] if len(sys.argv) > 2 else "p150"), indent=1))
     except HarnessError as exc:
         sys.exit(f"mock harness: {exc}")
