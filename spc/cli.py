@@ -477,10 +477,14 @@ def bench(plan: Path, inputs: tuple[Path, ...], backend: str, frames: int, no_tr
 @_command("Compare a plan with onnxruntime on the source ONNX.",
           ["spc check sp.ttplan img.jpg", "spc check sp.ttplan images/ --min-f1 0.95 --min-pcc 0.99 --json",
            "spc check sp.ttplan img.jpg --onnx elsewhere/superpoint.onnx",
+           "spc check sp_b4.ttplan images/ --reference sp_b4.onnx",
            "spc check sp.ttplan img.jpg --per-layer", "spc check sp.ttplan img.jpg --per-layer --min-pcc 0.999 --json"])
 @click.argument("plan", type=click.Path(path_type=Path))
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--onnx", "onnx_path", type=click.Path(path_type=Path), default=None, help="the source ONNX")
+@click.option("--reference", type=click.Path(path_type=Path), default=None, metavar="ONNX",
+              help="compare with onnxruntime on another export of the same network instead of the source "
+                   "(a --batch plan against HF's batch-B export: spc export --batch B)")
 @_JSON
 @click.option("--min-f1", type=float, default=None, help="exit 1 if any image's keypoint F1 is lower")
 @click.option("--min-pcc", type=float, default=None,
@@ -491,8 +495,9 @@ def bench(plan: Path, inputs: tuple[Path, ...], backend: str, frames: int, no_tr
 @_run_target
 @_NONFINITE
 @_one_line_errors
-def check(plan: Path, inputs: tuple[Path, ...], onnx_path: Path | None, as_json: bool, min_f1: float | None,
-          min_pcc: float | None, per_layer: bool, backend: str, target: str | None, allow_nonfinite: bool) -> None:
+def check(plan: Path, inputs: tuple[Path, ...], onnx_path: Path | None, reference: Path | None, as_json: bool,
+          min_f1: float | None, min_pcc: float | None, per_layer: bool, backend: str, target: str | None,
+          allow_nonfinite: bool) -> None:
     """Compare a plan with onnxruntime on the source ONNX.
 
     With --per-layer: every device tensor that holds a value of the ONNX model, in program order,
@@ -502,7 +507,11 @@ def check(plan: Path, inputs: tuple[Path, ...], onnx_path: Path | None, as_json:
 
     files = _inputs(inputs)
     loaded = _read_plan(plan, target)
+    if reference is not None and onnx_path is not None:
+        raise SpcError("--reference replaces the source ONNX in the comparison: give one of --onnx, --reference")
     if per_layer:
+        if reference is not None:
+            raise SpcError("--per-layer compares the plan's tensors with the source's values: drop --reference")
         if backend != "emu":
             raise SpcError("--per-layer reads every device tensor, which only the emu backend keeps")
         if min_f1 is not None:
@@ -519,7 +528,8 @@ def check(plan: Path, inputs: tuple[Path, ...], onnx_path: Path | None, as_json:
                        + ", ".join(f"{r.input} ({r.first_under})" for r in low), err=True)
             sys.exit(1)
         return
-    reports = check_files(loaded, plan, files, onnx_path, backend, allow_nonfinite=allow_nonfinite)
+    reports = check_files(loaded, plan, files, onnx_path, backend, allow_nonfinite=allow_nonfinite,
+                          reference=reference)
     if as_json:
         click.echo(json.dumps([r.as_dict() for r in reports], indent=1))
     else:

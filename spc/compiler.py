@@ -17,6 +17,7 @@ from spc.ir.macs import macs
 from spc.ir.printer import print_graph
 from spc.lowering.lower import find_probes, lower
 from spc.lowering.roles import output_roles
+from spc.memory.dram import check_dram
 from spc.memory.planner import Planner, check_fits, plan_memory
 from spc.memory.residency import CallRecord, predicted_ms
 from spc.passes.explain import Explainer
@@ -86,6 +87,7 @@ class Lowering:
         """Choose every block's memory configuration (rewriting ``program``) and check that it fits."""
         planner = plan_memory(program, self.chip, self.memory)
         check_fits(planner.records, self.chip, str(self.src), self.memory)
+        check_dram(program, self.chip, str(self.src))
         return planner
 
     def trial(self, g: Graph) -> tuple[Program, dict[str, np.ndarray], list[CallRecord]]:

@@ -139,3 +139,19 @@ def test_per_layer_says_to_compare_the_batch_1_plan(plans: dict[str, Path], smal
                                                     images: dict[str, Path]) -> None:
     done = spc("check", plans["two"], images["camera"], "--onnx", small_onnx, "--per-layer")
     assert done.returncode == 1 and done.stderr.startswith("spc: error:") and "without --batch" in done.stderr
+
+
+def test_check_against_a_batched_export_of_the_network(plans: dict[str, Path], small_onnx: Path,
+                                                        images: dict[str, Path]) -> None:
+    """--reference: onnxruntime on a batch-2 ONNX of the same network (the batch-images dump, which
+    equals HF's own batch-2 export bit for bit: docs/batch.md), run in batches and split per image."""
+    dump = next(plans["dumps"].glob("*-batch-images.onnx"))
+    figures = []
+    for args in (["--onnx", small_onnx], ["--reference", dump]):
+        done = spc("check", plans["two"], *(images[n] for n in NAMES), *args, "--json")
+        assert done.returncode == 0, done.stderr
+        figures.append(json.loads(done.stdout))
+    for a, b in zip(*figures):
+        assert (a["f1"], a["keypoints"], a["ref_keypoints"]) == (b["f1"], b["keypoints"], b["ref_keypoints"])
+    done = spc("check", plans["two"], images["camera"], "--reference", dump, "--onnx", small_onnx)
+    assert done.returncode == 1 and done.stderr.startswith("spc: error: --reference")

@@ -14,8 +14,10 @@ from spc.tuning.per_layer import PerLayerReport, per_layer
 
 
 def check_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | None, backend: str,
-                allow_nonfinite: bool = False) -> list[ImageReport]:
-    src = find_source(plan, plan_path, onnx)
+                allow_nonfinite: bool = False, reference: Path | None = None) -> list[ImageReport]:
+    """``reference``: another export of the same network to run onnxruntime on (its batch may be
+    the plan's, or 1), instead of the source the plan was compiled from."""
+    src = reference if reference is not None else find_source(plan, plan_path, onnx)
     batch = images_per_run(plan)  # a batch plan: single images, run B at a time (N*B on N chips)
     shape = [int(d) for d in plan.program.inputs[0].shape]
     arrays = [load_input(f, image_shape(shape) if batch > 1 else shape, allow_nonfinite) for f in files]

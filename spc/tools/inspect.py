@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from spc.memory.calls import op_memory, writes_dram
+from spc.memory.dram import dram_peak
 from spc.memory.l1 import L1Use
 from spc.memory.residency import walk
 from spc.memory.throughput import D2H_CALL_S, H2D_CALL_S, Throughput
@@ -78,6 +79,8 @@ class PlanReport:
     model_metadata: dict[str, str] = field(default_factory=dict)  # the source's metadata_props, as kept
     # a run end to end (memory/throughput.py): images, device time, host calls, frames per second
     throughput: dict[str, Any] = field(default_factory=dict)
+    dram_peak_bytes: int = 0  # the most bytes alive at once, every tensor counted as in DRAM (memory/dram.py)
+    dram_bytes: int = 0  # one chip's
     batch_search: list[dict[str, Any]] = field(default_factory=list)  # --batch auto: each size tried
 
     def as_dict(self) -> dict:
@@ -133,7 +136,8 @@ def plan_report(plan: Plan, plan_file: str = "") -> PlanReport:
                       model_metadata=metadata,
                       throughput={**Throughput(images_per_run(p), total, len(p.device_inputs),
                                                len(p.device_outputs)).as_dict(), "chips": target.chips},
-                      batch_search=[dict(r) for r in m.get("batch_search") or [] if isinstance(r, dict)])
+                      batch_search=[dict(r) for r in m.get("batch_search") or [] if isinstance(r, dict)],
+                      dram_peak_bytes=dram_peak(p)[0], dram_bytes=target.dram_bytes)
 
 
 def clean(value: Any, limit: int = 200) -> str:
@@ -230,6 +234,8 @@ def print_report(report: PlanReport) -> None:
     say(f"host-to-device per {per}: {report.h2d_bytes / 1e6:.3f} MB; device-to-host per {per}: "
         f"{report.d2h_bytes / 1e6:.3f} MB; layout conversions: {report.layout_conversions}; "
         f"ttnn calls: {len(report.calls)}")
+    say(f"DRAM at its peak (every live tensor counted): {report.dram_peak_bytes / 2**20:,.1f} MiB of "
+        f"{report.dram_bytes / 2**30:.0f} GiB per chip")
     t = report.throughput
     if t:
         b = t["batch"]

@@ -29,6 +29,8 @@ class Target:
     dram_banks: int
     flop_per_cycle_per_core: int = 4096  # matrix engine, one fidelity phase (8x16 x 16x16)
     arch: str = "blackhole"  # what ttnn's device.arch() names the chip (ttnn.Arch member, lower case)
+    # one chip's DRAM (shared/reference/tenstorrent-facts.md: p150 32 GB, n150 12 GB, n300 24 GB = 2 x 12)
+    dram_bytes: int = 32 << 30
     chips: int = 1  # chips of this kind on the host, each running the whole program on its own images
     mesh: tuple[int, int] = (1, 1)  # the ttnn mesh the chips form (rows, columns): rows * columns == chips
 
@@ -66,8 +68,8 @@ TARGETS = {
     "8xp150": Target("8xp150", (11, 10), 1.35e9, 1572864, 111744, 500e9, 8, chips=8, mesh=(1, 8)),
     # Wormhole: 1464 KiB of L1 per core; the reserved base is assumed to be Blackhole's (not
     # measured: the mock device here is a p150)
-    "n150": Target("n150", (8, 8), 1.0e9, 1499136, 111744, 288e9, 12, arch="wormhole_b0"),
-    "n300": Target("n300", (8, 8), 1.0e9, 1499136, 111744, 288e9, 12, arch="wormhole_b0"),
+    "n150": Target("n150", (8, 8), 1.0e9, 1499136, 111744, 288e9, 12, arch="wormhole_b0", dram_bytes=12 << 30),
+    "n300": Target("n300", (8, 8), 1.0e9, 1499136, 111744, 288e9, 12, arch="wormhole_b0", dram_bytes=12 << 30),
 }
 # what `spc compile` builds for, and what run/check/bench expect, unless --target says otherwise
 DEFAULT_TARGET = "p150"

@@ -97,12 +97,13 @@ def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[s
     from spc.ir.ops.keypoints import canonical
     from spc.tuning.superpoint import score_map_from_logits, standard_keypoints
 
-    score, desc = NAN, NAN
-    # (a batch plan's maps of one image's copy are no image's rows: runtime/batches.py leaves them out)
-    if "score_map" in maps and "score_map" in ours.dense and maps["score_map"] in ref:
-        score = pcc(ours.dense["score_map"], ref[maps["score_map"]])
-    if "descriptor_map" in maps and "descriptor_map" in ours.dense and maps["descriptor_map"] in ref:
-        desc = pcc(ours.dense["descriptor_map"], ref[maps["descriptor_map"]])
+    # a batch plan's maps of one image's copy are no image's rows (runtime/batches.py leaves them
+    # out), and another export as the reference may hold a value of that name in another shape
+    def dense(role: str) -> float:
+        a, b = ours.dense.get(role), ref.get(maps.get(role, ""))
+        return pcc(a, b) if a is not None and b is not None and a.shape == b.shape else NAN
+
+    score, desc = dense("score_map"), dense("descriptor_map")
     generic: dict[str, list[float]] = {}
     logits = desc_out = None
     for out, role in roles.items():
