@@ -146,3 +146,46 @@ def test_emitted_program_with_device_constants_runs_on_the_mock_p150(plans, ttnn
                           capture_output=True, text=True, check=False, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert sorted(np.load(tmp_path / "out.npz")) == sorted(t.name for t in plan.program.device_outputs)
+
+
+@pytest.mark.parametrize("name", ["hf_legacy", "hf_dynamo_k300_op20_2ch", "magicleap_legacy_op13_3ch",
+                                  "superpoint_open_op17", "fixed_k_op18_variant"])
+def test_batch_plans_give_each_image_the_batch_1_figures(name: str, plans, images: dict[str, Path],
+                                                         tmp_path: Path) -> None:
+    """`--batch 2` of exports spc did not write (docs/batch.md): per image the batch-1 plan's
+    figures, keypoints recognised per image where the batch-1 plan recognises them."""
+    src, one, _ = plans[name]
+    two = tmp_path / "two.ttplan"
+    export = CORPUS[name]
+    shape = [1, export.channels, *SIZE] if export.dynamic_axes else None
+    compile_onnx(src, two, input_shape=shape, batch=2)
+    names = ["camera", "coffee", "astronaut"]
+    figures = []
+    for plan_path in (one, two):
+        plan = read_plan(plan_path)
+        probes = {r: t.name for r, t in plan.program.probes.items()}
+        xs = [load_input(images[n], [1, export.channels, *SIZE]) for n in names]
+        batch = int(plan.program.inputs[0].shape[0])
+        reports = Comparison(src, probes, xs, names, batch).reports(plan)
+        figures.append([(r.f1, r.keypoints, r.ref_keypoints) for r in reports])
+        assert all(not math.isnan(r.f1) for r in reports), reports
+    assert figures[0] == figures[1]
+
+
+def test_a_batch_needs_outputs_with_a_batch_axis(plans, tmp_path: Path) -> None:
+    from spc.errors import SpcError
+
+    with pytest.raises(SpcError, match=r"output keypoints .*without a first axis of size 1"):
+        compile_onnx(plans["fixed_k_op20"][0], tmp_path / "x.ttplan", batch=2)
+
+
+def test_a_call_no_block_configures_gets_room_in_l1(ttnn_python: str, images: dict[str, Path], tmp_path: Path) -> None:
+    """SuperPoint-Open at 480x640, --batch 2: its unfolded BatchNorm multiply finds L1 full of the
+    conv output before it; the planner sends that output to DRAM (memory/planner.py), and ttnn on
+    the mock p150 accepts every call."""
+    plan = tmp_path / "open_b2.ttplan"
+    result = compile_onnx(cached("superpoint_open_op17", 480, 640), plan, batch=2)
+    assert any("go to DRAM to leave L1" in note for note in result.notes), result.notes
+    done = subprocess.run([ttnn_python, "-m", "spc.cli", "run", plan, images["camera"], images["coffee"], "-o",
+                           tmp_path, "--backend", "ttnn-mock"], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr

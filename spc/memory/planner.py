@@ -163,16 +163,25 @@ class Planner:
                 raise SpcError(f"--memory-config {block}={forced.spell()}: only convolutions and max pools take a "
                                "memory configuration")
         to_dram: set[str] = set()  # blocks whose output must go to DRAM to make room later
+        original = list(self.program.device_ops)
         while True:
+            self.program.device_ops = list(original)
             try:
                 records = self._walk(to_dram)
-                break
             except _NoFit as miss:
                 # choosing block by block is greedy: a big L1 output can starve a later block.
                 # Send the biggest such output to DRAM and choose again.
                 if not miss.holders:
                     raise miss.error from None
                 to_dram.add(miss.holders[0])
+                continue
+            # a call no block configures (an element-wise op on a batch's map) may find L1 full of
+            # what blocks left there: the biggest such output goes to DRAM, as above; with none,
+            # check_fits says which call does not fit
+            holders = self._holding(records, to_dram)
+            if not holders:
+                break
+            to_dram.add(holders[0])
         if to_dram:
             self.notes.append(f"memory: outputs of {', '.join(sorted(to_dram))} go to DRAM to leave L1 for later "
                               "blocks")
@@ -206,6 +215,23 @@ class Planner:
             i += 1
         self.program.device_ops = ops
         return walk.records
+
+    def _holding(self, records: list[CallRecord], to_dram: set[str]) -> list[str]:
+        """At the first call that does not fit (not one the user forced), the blocks whose outputs
+        are in L1 then, biggest first."""
+        i = next((k for k, r in enumerate(records) if not r.placed.fits
+                  and self.overrides.for_block(r.op.block or r.op.source) is None), None)
+        if i is None:
+            return []
+        last: dict[str, int] = {}
+        for k, r in enumerate(records):
+            for name in r.op.inputs:
+                last[name] = k
+        held = [(records[k].placed.use.output, records[k].op.block) for k in range(i)
+                if records[k].op.op in CONFIGURABLE and records[k].placed.use.output_in_l1
+                and records[k].placed.use.output and last.get(records[k].op.output, -1) >= i
+                and records[k].op.block not in to_dram]
+        return [block for _, block in sorted(held, reverse=True)]
 
     def _with(self, ops: list[TtOp]) -> Program:
         return replace(self.program, device_ops=ops)

@@ -279,8 +279,9 @@ class BatchImages(Pass):
     def _batch(g: Graph, n: Node, b: int) -> str | None:
         """Give ``n`` the batch (its inputs have it): a reshape's target says B; the types are
         inferred again and must be static with B first."""
-        if n.op.name == "onnx.Reshape":
-            shape = np.asarray(const(n.inputs[1])).reshape(-1).copy()
+        before = n.inputs[1] if n.op.name == "onnx.Reshape" else None
+        if before is not None:
+            shape = np.asarray(const(before)).reshape(-1).copy()
             if int(shape[0]) == 1:
                 shape[0] = b
                 g.set_input(n, 1, g.add_const(f"{n.name}_batch_shape", shape.astype(np.int64)))
@@ -289,6 +290,8 @@ class BatchImages(Pass):
         except (ValueError, KeyError, IndexError, TypeError):
             types = None
         if types is None or any(not t.is_static or not t.rank or t.shape[0] != b for t in types):
+            if before is not None and n.inputs[1] is not before:  # copied per image: its own target again
+                g.set_input(n, 1, before)
             return "its result does not take the batch first"
         for o, t in zip(n.outputs, types):
             o.type = t

@@ -66,10 +66,19 @@ class NoMatch(Exception):
 
 def _through_views(v: Value) -> Node | None:
     n = v.producer
-    while n is not None and n.op.name in ("onnx.Reshape", "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Identity"):
+    while n is not None and (n.op.name in ("onnx.Reshape", "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Identity")
+                             or _image_row(n)):
         src = n.inputs[0]
         n = src.producer if src is not None else None
     return n
+
+
+def _image_row(n: Node) -> bool:
+    """Whether ``n`` takes one image's row of a batched value (a batch plan's Slice on axis 0)."""
+    x = n.inputs[0] if n.inputs else None
+    return (n.op.name == "onnx.Slice" and x is not None and x.type.is_static and x.type.rank > 0
+            and x.type.shape[0] != 1 and n.outputs[0].type.is_static and n.outputs[0].type.shape[0] == 1
+            and n.outputs[0].type.shape[1:] == x.type.shape[1:])
 
 
 class _Trial:
@@ -482,6 +491,8 @@ def image_regions(post: list[Node], g: Graph) -> list[tuple[list[Node], list[Val
     entering = {id(v): v for n in post for v in n.inputs
                 if v is not None and v.producer is not None and v.producer.placement is Placement.DEVICE}
     maps = [v for v in entering.values() if (p := _through_views(v)) is not None and p.op.name == "spc.Nms"]
+    if len(maps) == 1 and maps[0].type.shape[0] != 1:  # one batched NMS map: each image's row of it
+        maps = [o for u in maps[0].consumers() if id(u) in members and _image_row(u) for o in u.outputs]
     if len(maps) < 2:
         return []
     below: list[set[int]] = []
