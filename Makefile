@@ -19,7 +19,7 @@ TTNN_STAMP := $(TTNN_VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade "pip>=23"
-	$(BIN)/pip install -q -e ".[full,dev]"
+	$(BIN)/pip install -q -e ".[full,dev,ray]"
 	touch $(STAMP)
 
 demo: $(STAMP)

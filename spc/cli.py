@@ -399,7 +399,8 @@ _NONFINITE = click.option("--allow-nonfinite", is_flag=True,
           ["spc run sp.ttplan img.jpg -o kp.npz", "spc run sp.ttplan images/ -o out/ --viz viz/",
            "spc run sp.ttplan images/ --format h5 -o features.h5 --resize fit",
            "spc run sp.ttplan clip.mp4 -o out/ --json",
-           "spc run sp.ttplan frame.npy --dense", "spc run sp.ttplan img.jpg --backend ttnn-mock"])
+           "spc run sp.ttplan frame.npy --dense", "spc run sp.ttplan img.jpg --backend ttnn-mock",
+           "spc run sp.ttplan photos/ -o out/ --ray", "spc run sp.ttplan list.txt -o out/ --ray 10.0.0.5:6379"])
 @click.argument("plan", type=click.Path(path_type=Path))
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
@@ -427,10 +428,16 @@ _NONFINITE = click.option("--allow-nonfinite", is_flag=True,
               help="emu: CPU with device numerics; ttnn-mock: real ttnn on a mock p150 (validation only)")
 @_run_target
 @click.option("--no-trace", is_flag=True, help="ttnn: run call by call instead of replaying a captured trace")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
+              help="run one DATASET (a folder tree, a glob or a list file) on Ray Data: at the cluster at ADDRESS, "
+                   "or without one a local Ray on 127.0.0.1; resumable (images done by this plan are skipped, "
+                   "--overwrite redoes them); -o is a folder; pip install 'spc[ray]'")
+@click.option("--ray-actors", type=click.IntRange(1, 4096), default=None,
+              help="--ray: device actors (default: one per CPU core for emu, else one)")
 @_one_line_errors
 def run(plan: Path, inputs: tuple[Path, ...], output: Path | None, fmt: str, resize: str, dense: bool,
         viz: Path | None, overwrite: bool, as_json: bool, allow_nonfinite: bool, backend: str, target: str | None,
-        no_trace: bool) -> None:
+        no_trace: bool, ray_address: str | None = None, ray_actors: int | None = None) -> None:
     """Run a plan on images, videos or .npy inputs; write the model's outputs as .npz, or hloc's
     features.h5 layout with --format h5.
 
@@ -440,6 +447,13 @@ def run(plan: Path, inputs: tuple[Path, ...], output: Path | None, fmt: str, res
     --overwrite is given."""
     if backend.startswith("ttnn"):
         _ttnn_interpreter()
+    if ray_address is not None:
+        from spc.tools.ray_run import run_cli
+
+        run_cli(plan, inputs, output, ray_address or None, fmt=fmt, viz=viz, backend=backend, actors=ray_actors,
+                resize=resize, dense=dense, allow_nonfinite=allow_nonfinite, as_json=as_json, target=target,
+                redo=overwrite)
+        return
     from spc.tools.run import run_files
 
     files = _inputs(inputs)

@@ -50,6 +50,7 @@ GROUPS = {
     "tests/test_multichip.py": "multichip",  # compiles the plans it runs on three mock clusters
     "tests/test_batch.py": "batch",  # compiles a batch-1 and a batch-2 plan
     "tests/test_run_outputs.py": "run-outputs",  # runs the small plan on two images three ways
+    "tests/test_ray_run.py": "ray",  # a 3-node Ray cluster (module-scoped), 60 images twice
     "tests/kernels/test_nms_kernels.py": "nms-kernels",  # compiles four plans
     # one module-level RNG draws every test's data: the tests see the data they were written
     # against only when they run in file order, in one process

@@ -140,7 +140,8 @@ def test_compile_does_not_import_torch(small_onnx: Path, tmp_path: Path) -> None
     code = ("import sys; from spc.cli import main\n"
             f"try: main(['compile', {str(small_onnx)!r}, '-o', {str(tmp_path / 'x.ttplan')!r}])\n"
             "except SystemExit: pass\n"
-            "assert 'torch' not in sys.modules and 'onnxruntime' not in sys.modules, 'heavy import'\n")
+            "assert 'torch' not in sys.modules and 'onnxruntime' not in sys.modules, 'heavy import'\n"
+            "assert 'ray' not in sys.modules and 'pandas' not in sys.modules, 'Ray without --ray'\n")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 
 
