@@ -155,3 +155,8 @@ def test_check_against_a_batched_export_of_the_network(plans: dict[str, Path], s
         assert (a["f1"], a["keypoints"], a["ref_keypoints"]) == (b["f1"], b["keypoints"], b["ref_keypoints"])
     done = spc("check", plans["two"], images["camera"], "--reference", dump, "--onnx", small_onnx)
     assert done.returncode == 1 and done.stderr.startswith("spc: error: --reference")
+
+
+def test_a_reference_of_another_size_is_refused(plans: dict[str, Path], exports, images: dict[str, Path]) -> None:
+    done = spc("check", plans["two"], images["camera"], "--reference", exports(240, 320))
+    assert done.returncode == 1 and done.stderr.startswith("spc: error:") and "plan's size" in done.stderr

@@ -160,7 +160,15 @@ class Comparison:
         self.inputs = inputs
         self.names = names or [f"input {i}" for i in range(len(inputs))]
         self.batch = batch  # a batch plan's images per run: ``inputs`` are single images (runtime/batches.py)
-        per_run = ref.session.get_inputs()[0].shape[0] if batch > 1 else 1
+        takes = list(ref.session.get_inputs()[0].shape)
+        image = list(inputs[0].shape) if inputs else []
+        if image and (len(takes) != len(image) or any(
+                isinstance(d, int) and d != want for d, want in zip(takes[1:], image[1:])) or
+                (isinstance(takes[0], int) and takes[0] not in (1, batch))):
+            # another export (--reference) of another size: onnxruntime would refuse the images
+            raise SpcError(f"{src}: its input is {takes}, and the plan's images are {image} "
+                           f"({batch} per run): not an export of this network at the plan's size")
+        per_run = takes[0] if batch > 1 else 1
         if per_run == batch > 1:  # a batch-B export: its batches, split into the images' own rows
             self.references = [_rows(out, k, batch) for group in groups(range(len(inputs)), batch)
                                for out in [ref.run(fill([inputs[i] for i in group], batch))]
