@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spc.tools.ray_run import PLAN_KEY, dataset, output_name, plan_sha256
+from spc.files import file_sha256
+from spc.tools.ray_run import PLAN_KEY, dataset, output_name
 
 RAY_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # every socket on 127.0.0.1 (reference/ray-on-loopback.md)
@@ -167,7 +168,7 @@ def test_ray_run_kill_resume(small_plan: Path, tree: Path, cluster, tmp_path: Pa
     # every image's result exactly once, no half file, equal to the single-process run's
     names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert names == sorted(p.relative_to(tree).as_posix() + ".npz" for p in good)
-    sha = plan_sha256(small_plan)
+    sha = file_sha256(small_plan)
     for p in good:
         name = p.relative_to(tree).as_posix() + ".npz"
         got, want = _arrays(out / name), _arrays(ref / name)

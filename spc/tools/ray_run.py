@@ -127,10 +127,6 @@ def spool(paths: Iterator[Path], folder: Path, chunk: int = CHUNK) -> tuple[Path
 
 # --- what the read tasks and the actors do (run on the workers) ----------------------------------
 
-def plan_sha256(path: Path) -> str:
-    return file_sha256(path)
-
-
 def done_for(npz: Path, sha: str) -> bool:
     """``npz`` exists and was made by the plan whose sha256 is ``sha``."""
     try:
@@ -188,7 +184,7 @@ class Device:
     """The device stage: one Runner per actor, opened once; writes each result as it finishes."""
 
     def __init__(self, plan: str, backend: str, sha: str, resize: str, dense: bool) -> None:
-        if plan_sha256(Path(plan)) != sha:  # the file changed since the run began: its results would lie
+        if file_sha256(Path(plan)) != sha:  # the file changed since the run began: its results would lie
             raise SpcError(f"{plan}: changed since the run started (its sha256 is not {sha[:12]}...)")
         self.plan = read_plan(Path(plan))
         self.backend, self._runner = backend, None
@@ -360,7 +356,7 @@ def run_ray(plan_path: Path, spec: str, output: Path | None, address: str | None
     shape = image_shape(spec_shape) if batch > 1 else spec_shape
     if len(shape) != 4 or shape[0] != 1:
         raise SpcError(f"the plan's input is {spec_shape}, not an image: --ray runs image datasets")
-    sha = plan_sha256(plan_path)
+    sha = file_sha256(plan_path)
     out = output or Path(".")
     if out.suffix.lower() == ".npz" or (out.exists() and not out.is_dir()):
         raise SpcError(f"{out}: --ray writes one .npz per image: give -o a folder")
