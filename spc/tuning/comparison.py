@@ -97,8 +97,7 @@ def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[s
     from spc.ir.ops.keypoints import canonical
     from spc.tuning.superpoint import score_map_from_logits, standard_keypoints
 
-    # a batch plan's maps of one image's copy are no image's rows (runtime/batches.py leaves them
-    # out), and another export as the reference may hold a value of that name in another shape
+    # a batch plan's maps of one image's copy are no image's rows (runtime/batches.py leaves them out)
     def dense(role: str) -> float:
         a, b = ours.dense.get(role), ref.get(maps.get(role, ""))
         return pcc(a, b) if a is not None and b is not None and a.shape == b.shape else NAN
