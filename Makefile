@@ -29,7 +29,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # the real ttnn library, its mock Blackhole p150 harness, and spc (numpy + ttnn only at run time)
-$(TTNN_STAMP): pyproject.toml spc/runtime/ttnn_mock/harness.py spc/runtime/ttnn_mock/fake_riscv_gxx.py
+$(TTNN_STAMP): pyproject.toml spc/runtime/ttnn_mock/harness.py spc/runtime/ttnn_mock/fake_riscv_gxx.py \
+		spc/runtime/ttnn_mock/fake_riscv_gxx.c
 	@test -n "$(PY312)" || { echo "make mock-env: no Python 3.12 found (pyenv 3.12.1 or python3.12); set PY312=" >&2; exit 1; }
 	$(PY312) -m venv $(TTNN_VENV)
 	$(TTNN_VENV)/bin/pip install -q --upgrade "pip>=23"

@@ -211,3 +211,58 @@ def test_no_device_is_one_line_naming_the_backends(ttnn_python: str, small_plan:
     assert done.returncode == 1 and done.stderr.strip().splitlines() == [
         "spc: error: no Tenstorrent device here (/dev/tenstorrent is absent): use --backend emu (the CPU, device "
         "numerics) or --backend ttnn-mock (ttnn's checks on a mock p150)"], done.stderr
+
+
+def _firmware_elf(path: Path, text_end: int, ldm_end: int) -> Path:
+    """An ELF32 with just a symbol table holding the two symbols the link step reads."""
+    import struct
+
+    strtab = b"\0other\0__fw_export_text_end\0__fw_export_ldm_end\0"
+    symbols = b"\0" * 16 + b"".join(struct.pack("<IIIBBH", strtab.index(name.encode() + b"\0"), value, 0, 0, 0, 1)
+                                    for name, value in (("other", 7), ("__fw_export_text_end", text_end),
+                                                        ("__fw_export_ldm_end", ldm_end)))
+    off_sym = 52
+    off_str = off_sym + len(symbols)
+    off_sh = (off_str + len(strtab) + 3) & ~3
+    header = b"\x7fELF" + bytes([1, 1, 1, 0]) + b"\0" * 8
+    header += struct.pack("<HHIIIIIHHHHHH", 2, 243, 1, 0, 0, off_sh, 0, 52, 0, 0, 40, 3, 0)
+    sections = b"\0" * 40 + struct.pack("<IIIIIIIIII", 0, 2, 0, 0, off_sym, len(symbols), 2, 1, 4, 16)
+    sections += struct.pack("<IIIIIIIIII", 0, 3, 0, 0, off_str, len(strtab), 0, 0, 1, 0)
+    blob = header + symbols + strtab
+    path.write_bytes(blob + b"\0" * (off_sh - len(blob)) + sections)
+    return path
+
+
+def test_the_c_stand_in_compiler_writes_what_the_python_one_writes(tmp_path: Path) -> None:
+    """fake_riscv_gxx.c (built where there is a C compiler: thousands of runs a suite, ~1 ms each
+    instead of an interpreter's start) against fake_riscv_gxx.py: the same files and log lines."""
+    import shutil
+
+    here = ROOT / "spc" / "runtime" / "ttnn_mock"
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler: the harness runs the Python stand-in")
+    binary = tmp_path / "gxx"
+    subprocess.run([cc, "-O2", "-o", str(binary), str(here / "fake_riscv_gxx.c")], check=True)
+    firmware = _firmware_elf(tmp_path / "brisc_weakened.elf", 0x5E20, 0xFFB00710)
+    steps = [["-O2", "-c", "k.cpp", "-o", "obj/k.o", "-MF", "obj/k.d"],
+             ["-x", "c++-header", "pch.hpp", "-o", "pch/pch.hpp.gch"],
+             ["-O2", f"-Wl,--just-symbols={firmware},-z,max-page-size=16", "obj/k.o", "-o", "out/brisc/k.elf",
+              "-MF", "out/k.d", "it's quoted"],
+             ["--version"]]
+    results = {}
+    for name, command in (("c", [str(binary)]), ("py", [sys.executable, "-I", "-S", str(here / "fake_riscv_gxx.py")])):
+        work = tmp_path / f"with_{name}"
+        work.mkdir()
+        env = {"FAKE_GXX_LOG": str(work / "calls.log"), "PATH": "/usr/bin:/bin"}
+        outs = [subprocess.run([*command, *step], cwd=work, env=env, capture_output=True, text=True, check=True).stdout
+                for step in steps]
+        results[name] = (outs, {p.relative_to(work).as_posix(): p.read_bytes().replace(str(work).encode(), b"@")
+                                for p in sorted(work.rglob("*")) if p.is_file()})
+    assert results["c"] == results["py"]
+    assert results["c"][1]["out/brisc/k.elf"][:4] == b"\x7fELF" and "text=0x5e20 data=0xffb00710" in \
+        results["c"][1]["calls.log"].decode()
+    # a link step without a firmware ELF fails loudly in both
+    for command in ([str(binary)], [sys.executable, "-I", "-S", str(here / "fake_riscv_gxx.py")]):
+        done = subprocess.run([*command, "obj.o", "-o", "x.elf"], cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 1 and "without a firmware ELF" in done.stderr

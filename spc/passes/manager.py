@@ -165,7 +165,8 @@ class PassManager:
         t0 = time.perf_counter()
         try:
             result = p.run(g, ctx)
-            if self.verify_each:
+            # a pass that left the IR as it was cannot have broken it (MLIR skips these too)
+            if self.verify_each and result.modified:
                 verify(g)
         except VerifyError as exc:
             raise PassError(f"IR invalid after pass {p.name} (ran: {', '.join(ran) or 'none'}): {exc}") from None

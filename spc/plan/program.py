@@ -17,7 +17,7 @@ are referenced by name and live in the plan's safetensors file.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
 import numpy as np
@@ -169,7 +169,8 @@ class Program:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        d = {k: v for k, v in asdict(self).items() if k != "device_ops"}
+        # the calls have their own spelling: asdict would convert them only to be thrown away
+        d = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name != "device_ops"}
         d["device_ops"] = [op.to_json() for op in self.device_ops]
         return encode(d)
 
@@ -193,6 +194,17 @@ class Program:
             roles=d.get("roles", {}),
             values={k: DeviceTensor(**v) for k, v in d.get("values", {}).items()},
         )
+
+
+def _plain(x: Any) -> Any:
+    """asdict of the dataclasses in ``x``'s lists and dicts (encode makes the containers anew)."""
+    if is_dataclass(x) and not isinstance(x, type):
+        return asdict(x)
+    if isinstance(x, list):
+        return [_plain(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    return x
 
 
 def encode(x: Any) -> Any:
