@@ -101,7 +101,7 @@ def apply(ops: list[TtOp], program: Program, block: str, mem: BlockMemory) -> li
     renamed: dict[str, str] = {}
     made: set[str] | None = None
     for op in ops[first:]:
-        if renamed:
+        if renamed and any(i in renamed for i in op.inputs):
             op = replace(op, inputs=[renamed.get(i, i) for i in op.inputs])
         if op.block != block or op.op not in CONFIGURABLE:
             out.append(op)
