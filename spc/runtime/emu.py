@@ -21,21 +21,45 @@ from spc.errors import SpcError
 from spc.plan.program import Program, TtOp
 from spc.runtime.emu_ops import (
     EMULATIONS,
+    HOLDING_BF16,
     MASKS,
     MOVES_VALUES,
     OF_STORED,
     REFERENCE_EMULATIONS,
     STORED_BY_EMULATION,
+    TAKES_HELD_BF16,
     prepare_weight,
 )
 from spc.ttnn.formats import DataFormat
 from spc.ttnn.numerics import round_storage, round_storage_reference
 
+Call = Callable[[list[torch.Tensor]], Any]
+
 
 @dataclass
 class _Bound:
+    """A bound call: ``fn`` takes and returns float32 tensors (as callers outside see them);
+    ``held``, which :meth:`EmuProgram.run` calls, the same values, some of them held in bf16
+    (emu_ops.HOLDING_BF16)."""
+
     op: TtOp
-    fn: Callable[[list[torch.Tensor]], torch.Tensor]
+    fn: Call
+    held: Call
+
+
+def _float32(result: Any) -> Any:
+    """``result`` with every bf16-held tensor as float32 (the same values)."""
+    if isinstance(result, tuple):
+        return tuple(_float32(r) for r in result)
+    return result.to(torch.float32) if result.dtype is torch.bfloat16 else result
+
+
+def _given_float32(fn: Call) -> Call:
+    """``fn`` given float32 copies of its bf16-held inputs: for the calls that do arithmetic."""
+    def call(ins: list[torch.Tensor]) -> Any:
+        return fn([t.to(torch.float32) if t.dtype is torch.bfloat16 else t for t in ins])
+
+    return call
 
 
 @functools.cache
@@ -127,7 +151,15 @@ class EmuProgram:
             else:
                 emulation = OF_STORED.get(op.op, emulation)
                 fn = lambda ins, e=emulation, w=bound, a=op.args, d=op.dtype: _stored_unless_nan(e(ins, w, a), d)
-            self.calls.append(_Bound(op, fn))
+            if reference:
+                held = fn
+            elif op.op in HOLDING_BF16:
+                held = lambda ins, e=HOLDING_BF16[op.op], w=bound, a=op.args: e(ins, w, a)
+            elif op.op in TAKES_HELD_BF16:
+                held = fn  # (and returns bf16 where it is given bf16)
+            else:
+                held = _given_float32(fn)
+            self.calls.append(_Bound(op, fn, held))
             stored_in.update(dict.fromkeys(op.results, _result_format(op, stored_in)))
 
     def run(self, inputs: dict[str, np.ndarray], read: list[str]) -> dict[str, np.ndarray]:
@@ -138,7 +170,7 @@ class EmuProgram:
         for i, call in enumerate(self.calls):
             op = call.op
             try:
-                result = call.fn([env[name] for name in op.inputs])
+                result = call.held([env[name] for name in op.inputs])
             except (RuntimeError, ValueError, IndexError, TypeError, KeyError, ZeroDivisionError, OverflowError,
                     MemoryError) as exc:
                 # a validated plan whose calls still disagree (plan/verify.py checks what it can)
@@ -153,7 +185,7 @@ class EmuProgram:
                                    f"{[list(r.shape) for r in results]}, not the {op.shape} the plan declares; "
                                    "recompile it")
             op.bind(env, result)
-        return {name: env[name].numpy() for name in read}
+        return {name: _float32(env[name]).numpy() for name in read}
 
     # Resuming from kept results (the precision search, tuning/reuse.py): trials that change one
     # block compute the same tensors as an earlier run up to there, so those calls are not re-run.

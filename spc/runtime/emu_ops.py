@@ -93,6 +93,11 @@ def conv2d(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[st
     return _conv2d(ins, weights, a, conv2d_device)
 
 
+def conv2d_held(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
+    """:func:`conv2d`, its result held in bf16 where the bf16 path computed it (emu.py)."""
+    return _conv2d(ins, weights, a, functools.partial(conv2d_device, keep_bf16=True))
+
+
 @reference("ttnn.conv2d")
 def conv2d_reference(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
     return _conv2d(ins, weights, a, conv2d_device_reference)
@@ -152,6 +157,14 @@ def _window_max(x: torch.Tensor, dim: int, k: int, pad: int) -> torch.Tensor:
 
 # emulations that assume every input holds stored bf16 values (emu.py picks them where it knows so)
 OF_STORED = {"ttnn.max_pool2d": max_pool2d_of_stored}
+
+# Tensors held in bf16: a bf16-stored value is exactly a bfloat16, so the emulator may keep it in
+# one instead of a float32 copy (half the memory traffic). The emulations that may return such
+# tensors, and the calls whose emulations (and OF_STORED's) take them as they are: data movement,
+# and max-pool on stored values, which selects; every other call is given float32 copies (emu.py).
+HOLDING_BF16 = {"ttnn.conv2d": conv2d_held}
+TAKES_HELD_BF16 = {"ttnn.reshape", "ttnn.permute", "ttnn.slice", "ttnn.to_layout", "ttnn.to_memory_config",
+                   "ttnn.concat", "ttnn.expand", "ttnn.repeat", "ttnn.transpose", "ttnn.max_pool2d", "ttnn.conv2d"}
 
 
 @emulates("ttnn.softmax")

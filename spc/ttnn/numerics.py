@@ -23,13 +23,19 @@ Two spellings of the model: the ``*_reference`` functions are the formulation wr
 facts read (the spec), and the unsuffixed ones, which the emulator runs, compute the same bits
 with fewer passes over memory (in-place updates of the tensors they make, no work a fidelity
 does not use, the flush folded into one comparison); tests/test_emu_fast_paths.py holds them
-equal bit for bit (docs/precision.md, "How the emulator is fast").
+equal bit for bit (docs/precision.md, "How the emulator is fast"). One exception: where the CPU
+has bf16 dot products, a conv stored in bf16 runs as oneDNN bf16 convolutions (the bf16 path
+below), which is the same model up to the order of its fp32 sums; the tests bound it instead.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+
 import torch
 import torch.nn.functional as F
+from torch.utils.weak import WeakIdKeyDictionary
 
 from spc.ttnn.formats import DataFormat, MathFidelity
 
@@ -161,20 +167,33 @@ def conv_weight_storage(w: torch.Tensor, fmt: DataFormat) -> torch.Tensor:
 
 def conv2d_device(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: tuple[int, int],
                   padding: tuple[int, int, int, int], dilation: tuple[int, int], groups: int, fidelity: MathFidelity,
-                  fp32_acc: bool, out_fmt: DataFormat, l1_acc: bool = False, relu: bool = False) -> torch.Tensor:
+                  fp32_acc: bool, out_fmt: DataFormat, l1_acc: bool = False, relu: bool = False, *,
+                  bf16: bool | None = None, keep_bf16: bool = False) -> torch.Tensor:
     """:func:`conv2d_device_reference`'s bits, faster. With an fp32 destination and a bf16 or fp32
     output: the same convolutions (each kernel row's over the rows it reads), the activations
     padded and truncated in one pass, once for every kernel row, and what follows each conv (the
     partial added, packed, the bias added, the result stored, its ReLU) done in place, without
     the reference's temporaries. Anything else (a bf16 destination, block-float outputs) runs
     the reference.
+
+    With ``bf16`` (default :func:`bf16_convs`), a bf16 result is computed by bf16 convolutions
+    instead (:func:`_conv2d_bf16`): the same model up to the order of the fp32 sums, so not bit
+    for bit (tests/test_emu_fast_paths.py bounds it). ``x`` may be a bfloat16 tensor (stored
+    values held as they are stored); with ``keep_bf16`` the bf16 path's result is returned so
+    too, else every result is float32.
     """
     if not fp32_acc or out_fmt not in (DataFormat.BFLOAT16, DataFormat.FLOAT32):
-        return conv2d_device_reference(x, w, b, stride, padding, dilation, groups, fidelity, fp32_acc, out_fmt,
-                                       l1_acc, relu)
+        return conv2d_device_reference(x.to(torch.float32), w, b, stride, padding, dilation, groups, fidelity,
+                                       fp32_acc, out_fmt, l1_acc, relu)
     kh = w.shape[2]
     l1_acc = l1_acc and (kh > 2 or (kh > 1 and b is not None))  # determine_packer_l1_acc
     partial_fmt = DataFormat.FLOAT32 if l1_acc else out_fmt
+    if out_fmt is DataFormat.BFLOAT16 and (bf16_convs() if bf16 is None else bf16):
+        held = _conv2d_bf16(x, w, b, stride, padding, dilation, groups, fidelity, partial_fmt is DataFormat.FLOAT32,
+                            relu)
+        if held is not None:
+            return held if keep_bf16 else held.to(torch.float32)
+    x = x.to(torch.float32)  # (a bf16-held tensor's values, exactly)
 
     def finish_(acc: torch.Tensor, block: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
         """(acc + block), packed as a partial, + bias, stored (then ReLU): the conv's last steps."""
@@ -236,6 +255,198 @@ def _one_block(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], paddin
     terms = [F.conv2d(xb, wa, stride=stride, padding=pad, dilation=dilation, groups=groups)
              for wa, xb in operand_phases(w, src, fidelity, b_hi=x_hi if same else None)]
     return terms[0] if len(terms) == 1 else terms[0].add_(terms[1])
+
+
+# The bf16 path: where a conv's result is stored in bf16, its sums taken by oneDNN's bf16
+# convolutions (bf16 operands, fp32 accumulation, one rounding to bf16 at the end, or a post-op
+# add of the reloaded partial before it): the multiplier's truncated operands are bf16 values,
+# their products exact in fp32, so this is the model above up to the order of the fp32 sums.
+
+BF16_CONV_ENV = "SPC_EMU_BF16_CONV"
+_BF16_HI_MASK = ~((1 << (7 - B_HI_BITS)) - 1)  # SrcB "hi": bf16 keeps 7 mantissa bits
+_BIAS_FAR_ABOVE_DENORMALS = 2.0**-100  # a denormal is under half this value's fp32 ulp
+
+
+def bf16_convs() -> bool:
+    """Whether :func:`conv2d_device` takes the bf16 path: ``SPC_EMU_BF16_CONV=1`` where oneDNN has
+    bf16 convolutions at all, ``=0`` never, and unset (or anything else) where the CPU also does
+    bf16 dot products natively (AVX512-BF16 or AMX-BF16; elsewhere they are emulated and slower
+    than the fp32 path)."""
+    setting = os.environ.get(BF16_CONV_ENV, "")
+    if setting == "0":
+        return False
+    return bf16_convs_available() and (setting == "1" or _cpu_dots_bf16())
+
+
+@functools.cache
+def bf16_convs_available() -> bool:
+    """Whether oneDNN runs bf16 convolutions (with its post-op add) on this CPU."""
+    try:
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+@functools.cache
+def _cpu_dots_bf16() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return not {"avx512_bf16", "amx_bf16"}.isdisjoint(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return False
+
+
+_BF16_WEIGHTS: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def _weight_operands_bf16(w: torch.Tensor, fidelity: MathFidelity) -> torch.Tensor | None:
+    """The SrcA parts the bf16 path convolves with at ``fidelity`` (:func:`operand_phases`,
+    merged; HiFi3's two along the input channels), one bf16 channels-last tensor made once per
+    weight tensor; None if a part is not a bf16 value (float32 weights)."""
+    made = _BF16_WEIGHTS.get(w)
+    if made is None:
+        made = _BF16_WEIGHTS[w] = {}
+    if fidelity not in made:
+        w32 = w.to(torch.float32)
+        phases = fidelity.phases
+        parts = [w32] if phases in (2, 4) else [truncate_mantissa(w32, A_HI_BITS)]
+        if phases == 3:
+            parts = [w32, truncate_mantissa(w32, A_HI_BITS)]
+        joined = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+        held = joined.to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+        made[fidelity] = held if torch.equal(held.to(torch.float32), joined) else None
+    return made[fidelity]
+
+
+def _activation_operands_bf16(x: torch.Tensor, fidelity: MathFidelity) -> torch.Tensor:
+    """The SrcB parts matching :func:`_weight_operands_bf16`, bf16: ``x`` (stored bf16 values),
+    its "hi" part (the last mantissa bit cleared), or HiFi3's hi and lo along the channels."""
+    xb = x if x.dtype is torch.bfloat16 else x.to(torch.bfloat16)
+    if fidelity.phases == 4:
+        return xb
+    hi = torch.bitwise_and(xb.view(torch.int16), _BF16_HI_MASK).view(torch.bfloat16)
+    if fidelity.phases < 3:
+        return hi
+    return torch.cat([hi, xb - hi], dim=1)  # the difference is one bit: exact
+
+
+def _conv2d_bf16(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: tuple[int, int],
+                 padding: tuple[int, int, int, int], dilation: tuple[int, int], groups: int,
+                 fidelity: MathFidelity, partial_fp32: bool, relu: bool) -> torch.Tensor | None:
+    """A bf16-stored conv result as a bf16 tensor (channels-last NCHW), by bf16 convolutions.
+
+    One K block with a single rounding (``partial_fp32``, or one kernel row): one conv, the bias
+    in its fp32 accumulator where the partial is fp32 (else added to the packed result, in bf16
+    arithmetic: one fp32 add and a rounding, as the model adds it). Kernel rows packed in bf16
+    between them: each row's conv adds the packed partial to its fp32 sum as a post-op, then
+    rounds once: round(partial + row), the model's step. Every packing flushes denormals. Inputs
+    of few channels (the first conv's one) are convolved as 1x1 convs over their taps, which
+    oneDNN runs far faster. None where the weights or bias are not bf16 values (the fp32 path
+    then runs), or HiFi3 with groups."""
+    if fidelity.phases == 3 and groups != 1:
+        return None
+    wq = _weight_operands_bf16(w, fidelity)
+    if wq is None:
+        return None
+    bias = None
+    if b is not None:
+        bias = b.to(torch.bfloat16)
+        if not torch.equal(bias.to(torch.float32), b.to(torch.float32)):
+            return None
+    left, right, top, bottom = padding
+    kh, kw = w.shape[2], w.shape[3]
+    single = partial_fp32 or kh == 1
+    taps = groups == 1 and wq.shape[1] * kh * kw <= 32
+    if single and not taps and (left, top) == (right, bottom):
+        xq, pad = _activation_operands_bf16(x, fidelity).contiguous(memory_format=torch.channels_last), (top, left)
+    else:
+        xq, pad = _padded_operands_bf16(x, padding, fidelity), (0, 0)
+    oh = (xq.shape[2] + 2 * pad[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    # A packed partial is flushed before the bias is added; where every bias value is 0 or far
+    # above the denormals, a denormal partial plus the bias rounds as 0 plus it does (and the
+    # result's own flush follows), so that flush changes nothing and is skipped.
+    flush_first = bias is not None and not partial_fp32 and bool(
+        ((b != 0) & (b.abs() < _BIAS_FAR_ABOVE_DENORMALS)).any())
+    if taps:
+        ow = (xq.shape[3] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+        xq, wq = _taps_as_channels(xq, wq, stride, dilation, oh, ow)
+        stride, dilation = (1, 1), (1, 1)
+    if single:
+        y = F.conv2d(xq, wq.sum(dim=2, keepdim=True) if taps else wq, bias if partial_fp32 else None, stride, pad,
+                     dilation, groups)
+        if bias is not None and not partial_fp32:
+            (_flush_bf16_(y) if flush_first else y).add_(bias.reshape(1, -1, 1, 1))
+        return _flush_bf16_(y, relu)
+    acc: torch.Tensor | None = None
+    for r in range(kh):
+        if taps:  # every tap's channels, the other rows' weights zero
+            rows, w_row = xq, wq[:, :, r:r + 1]
+        else:
+            first = r * dilation[0]
+            rows = xq[:, :, first: first + (oh - 1) * stride[0] + 1]
+            w_row = wq[:, :, r:r + 1].contiguous(memory_format=torch.channels_last)
+        if acc is None:
+            acc = F.conv2d(rows, w_row, None, stride, 0, dilation, groups)
+        else:
+            torch.ops.mkldnn._convolution_pointwise_.binary(acc, rows, w_row, None, [0, 0], list(stride),
+                                                            list(dilation), groups, "add", None, None, [], None)
+        if r < kh - 1 or flush_first:
+            _flush_bf16_(acc)
+    assert acc is not None
+    if bias is not None:
+        acc.add_(bias.reshape(1, -1, 1, 1))
+    return _flush_bf16_(acc, relu)
+
+
+def _padded_operands_bf16(x: torch.Tensor, padding: tuple[int, int, int, int],
+                          fidelity: MathFidelity) -> torch.Tensor:
+    """:func:`_activation_operands_bf16` of ``x``, zero-padded, as a channels-last tensor, each
+    part written once (as :func:`_padded` does in float32)."""
+    left, right, top, bottom = padding
+    xb = x if x.dtype is torch.bfloat16 else x.to(torch.bfloat16)
+    n, c, h, w = xb.shape
+    parts = 2 if fidelity.phases == 3 else 1
+    out = torch.empty((n, h + top + bottom, w + left + right, parts * c), dtype=torch.bfloat16)
+    for border in (out[:, :top], out[:, top + h:], out[:, top:top + h, :left], out[:, top:top + h, left + w:]):
+        border.zero_()
+    inner = out[:, top:top + h, left:left + w]
+    src = xb.permute(0, 2, 3, 1)
+    if fidelity.phases == 4:
+        inner.copy_(src)
+    else:
+        hi = inner[..., :c]
+        torch.bitwise_and(src.view(torch.int16), _BF16_HI_MASK, out=hi.view(torch.int16))
+        if parts == 2:
+            torch.sub(src, hi, out=inner[..., c:])
+    return out.permute(0, 3, 1, 2)
+
+
+def _taps_as_channels(xp: torch.Tensor, wq: torch.Tensor, stride: tuple[int, int], dilation: tuple[int, int],
+                      oh: int, ow: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A conv of the padded ``xp`` [N, C, H, W] with ``wq`` [O, C, kh, kw] as 1x1 convs: the
+    activations every tap reads stacked along the channels, (kh, kw, C) order, zero-padded to 16
+    or 32 channels: [N, K, oh, ow]; and the weights as [O, K, kh, 1], kernel row r's taps in
+    column r and zeros elsewhere (so the column sum is the whole kernel's 1x1 weights)."""
+    n, c = xp.shape[:2]
+    o, _, kh, kw = wq.shape
+    k = kh * kw * c
+    kp = 16 if k <= 16 else 32
+    cols = torch.empty(n, oh, ow, kp, dtype=xp.dtype)
+    cols[..., k:].zero_()
+    src = xp.permute(0, 2, 3, 1)
+    for r in range(kh):
+        for j in range(kw):
+            i0, j0, t = r * dilation[0], j * dilation[1], (r * kw + j) * c
+            cols[..., t:t + c] = src[:, i0: i0 + (oh - 1) * stride[0] + 1: stride[0],
+                                     j0: j0 + (ow - 1) * stride[1] + 1: stride[1]]
+    w1 = torch.zeros(o, kp, kh, 1, dtype=wq.dtype)
+    taps = wq.permute(0, 2, 3, 1)  # [O, kh, kw, C]
+    for r in range(kh):
+        w1[:, r * kw * c:(r + 1) * kw * c, r, 0] = taps[:, r].reshape(o, kw * c)
+    return cols.permute(0, 3, 1, 2), w1.contiguous(memory_format=torch.channels_last)
 
 
 def conv2d_device_reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: tuple[int, int],
