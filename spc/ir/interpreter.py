@@ -58,28 +58,47 @@ def run(steps: Iterable[Step], env: dict[Hashable, np.ndarray], constants: Mappi
     ``env``. ``quiet`` silences numpy's floating-point warnings (trial inputs with extreme values);
     ``label`` names a key in errors."""
     constants = constants or {}
-    for s in steps:
-        args = []
-        for k in s.inputs:
-            if k is None:
-                args.append(None)
-            elif k in env:
-                args.append(env[k])
-            elif k in constants:
-                args.append(constants[k])
-            else:
-                raise MissingValue(s.name, label(k))
-        with np.errstate(all="ignore") if quiet else contextlib.nullcontext():
+    with np.errstate(all="ignore") if quiet else contextlib.nullcontext():
+        for s in steps:
+            args = []
+            for k in s.inputs:
+                if k is None:
+                    args.append(None)
+                elif k in env:
+                    args.append(env[k])
+                elif k in constants:
+                    args.append(constants[k])
+                else:
+                    raise MissingValue(s.name, label(k))
             try:
                 results = s.op.evaluate(args, dict(s.attrs))
             except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError, MemoryError) as exc:
                 raise NodeFailed(s.name, s.op.name, exc) from exc
-        for k, r in zip(s.outputs, results):
-            env[k] = np.asarray(r)
+            for k, r in zip(s.outputs, results):
+                env[k] = np.asarray(r)
     return env
 
 
-def _graph_steps(nodes: Iterable[Node]) -> tuple[list[Step], dict[Hashable, np.ndarray]]:
+@dataclass(frozen=True)
+class NodeSteps:
+    """IR nodes as the interpreter runs them (:func:`node_steps`): made once, run many times (a
+    recogniser's trials)."""
+
+    nodes: tuple[Node, ...]
+    steps: tuple[Step, ...]
+    constants: Mapping[int, np.ndarray]
+
+    def label(self, key: Hashable) -> str:
+        """A value's name, for an error: looked up only then."""
+        for n in self.nodes:
+            for v in (*n.inputs, *n.outputs):
+                if v is not None and id(v) == key:
+                    return "%" + v.name
+        return "%?"
+
+
+def node_steps(nodes: Iterable[Node]) -> NodeSteps:
+    nodes = tuple(nodes)
     steps, consts = [], {}
     for n in nodes:
         for v in n.inputs:
@@ -87,19 +106,19 @@ def _graph_steps(nodes: Iterable[Node]) -> tuple[list[Step], dict[Hashable, np.n
                 consts[id(v)] = v.data
         steps.append(Step(n.name, n.op, tuple(None if v is None else id(v) for v in n.inputs), n.attrs,
                           tuple(id(o) for o in n.outputs)))
-    return steps, consts
+    return NodeSteps(nodes, tuple(steps), consts)
 
 
-def run_nodes(nodes: Iterable[Node], env: dict[int, np.ndarray], *, quiet: bool = False,
+def run_nodes(nodes: Iterable[Node] | NodeSteps, env: dict[int, np.ndarray], *, quiet: bool = False,
               constants: Mapping[int, np.ndarray] | None = None) -> dict[int, np.ndarray]:
-    """IR nodes over values keyed by ``id(value)``; constants are read from the graph, or from
-    ``constants`` where it has them (a region probed at another size: passes/semantic_match.py)."""
-    nodes = list(nodes)
-    names = {id(v): v.name for n in nodes for v in (*n.inputs, *n.outputs) if v is not None}
-    steps, consts = _graph_steps(nodes)
+    """IR nodes (or their :func:`node_steps`) over values keyed by ``id(value)``; constants are
+    read from the graph, or from ``constants`` where it has them (a region probed at another size:
+    passes/semantic_match.py)."""
+    prog = nodes if isinstance(nodes, NodeSteps) else node_steps(nodes)
+    consts = prog.constants
     if constants:
-        consts.update((k, v) for k, v in constants.items() if k in consts)
-    return run(steps, env, consts, quiet=quiet, label=lambda k: "%" + names.get(k, "?"))
+        consts = {**consts, **{k: v for k, v in constants.items() if k in consts}}
+    return run(prog.steps, env, consts, quiet=quiet, label=prog.label)
 
 
 def evaluate_graph(g: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

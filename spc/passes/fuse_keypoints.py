@@ -27,8 +27,9 @@ answered by running the region on trial maps:
 3. the threshold, by bisection over float32 values of one peak (threshold mode);
 4. the kept window, by moving a peak across the middle row and column (HF keeps only the near
    borders: it compares with 8x the map's size; fixed-K exports usually cut all four);
-5. the fill of the cut border (fixed mode) and the keypoint limit (threshold mode);
-6. agreement with the op on random maps, every output exactly.
+5. the fill of the cut border (fixed mode) and the keypoint limit (threshold mode: how many of a
+   dense random map's thousands of peaks it returns);
+6. agreement with the op on random maps, every output exactly (the limit's map among them).
 
 A batch plan (passes/batch_images.py) has one copy of the post-processing per image: when the whole
 region is not one extraction and several NMS maps enter it, each map's region (the nodes that read
@@ -49,9 +50,9 @@ from collections.abc import Callable
 import numpy as np
 
 from spc.ir.graph import Graph, Node, Placement, Value
-from spc.ir.interpreter import run_nodes
+from spc.ir.interpreter import NodeSteps, node_steps, run_nodes
 from spc.ir.ops import get
-from spc.ir.ops.keypoints import OutputSpec, extract, sample_descriptors
+from spc.ir.ops.keypoints import OutputSpec, extract, format_outputs, sample_descriptors, select
 from spc.passes.explain import Attempt
 from spc.passes.manager import Pass, PassContext, PassResult
 
@@ -89,21 +90,31 @@ class _Trial:
         self.shape = tuple(int(d) for d in score.type.static_shape)
         self.h, self.w = self.shape[-2:]
         rng = np.random.default_rng(SEED)
-        # uniform, not normal: drawn several times faster, and any distinct values do
-        self.desc_map = rng.random(tuple(int(d) for d in desc.type.static_shape), dtype=np.float32) * 2 - 1
+        # a random row profile times a random column profile, per channel: any two pixels, and any
+        # two ways of interpolating between cells, give different descriptors, and 1/60th of the
+        # random numbers of a map drawn whole (the largest trial input of the region)
+        n, c, hc, wc = (int(d) for d in desc.type.static_shape)
+        rows = rng.random((n, c, hc, 1), dtype=np.float32) * 2 - 1
+        cols = rng.random((n, c, 1, wc), dtype=np.float32) * 2 - 1
+        self.desc_map = rows * cols
         self.cell = self.h // int(desc.type.static_shape[-2])
-        self._slices: dict[tuple[int, ...], list[Node]] = {}
+        # set for a fixed-K export (:meth:`uneven`): what a question's map holds besides its peaks
+        self.noise: np.ndarray | None = None
+        self._slices: dict[tuple[int, ...] | None, NodeSteps] = {}
 
     def __call__(self, score_map: np.ndarray, only: tuple[int, ...] | None = None) -> list[np.ndarray | None]:
         """The outputs on ``score_map``; with ``only``, just those outputs (by index), running just
         the nodes they need: a question about keypoints and scores skips the descriptors."""
         env = {id(self.score): score_map.reshape(self.shape), id(self.desc): self.desc_map}
-        nodes = self.nodes if only is None else self._needed(only)
-        run_nodes(nodes, env, quiet=True)  # extreme trial values overflow on purpose
+        run_nodes(self._needed(only), env, quiet=True)  # extreme trial values overflow on purpose
         return [env[id(v)] if only is None or i in only else None for i, v in enumerate(self.outputs)]
 
-    def _needed(self, only: tuple[int, ...]) -> list[Node]:
+    def _needed(self, only: tuple[int, ...] | None) -> NodeSteps:
+        """The nodes the outputs ``only`` need (all with None), made ready to run once."""
         if only in self._slices:
+            return self._slices[only]
+        if only is None:
+            self._slices[only] = node_steps(self.nodes)
             return self._slices[only]
         members = {id(n) for n in self.nodes}
         keep: set[int] = set()
@@ -114,13 +125,24 @@ class _Trial:
                 continue
             keep.add(id(n))
             stack.extend(v.producer for v in n.inputs if v is not None)
-        self._slices[only] = [n for n in self.nodes if id(n) in keep]
+        self._slices[only] = node_steps(n for n in self.nodes if id(n) in keep)
         return self._slices[only]
 
+    def uneven(self) -> None:
+        """Questions' maps below their peaks vary a little from pixel to pixel instead of being
+        ``base`` everywhere: a fixed-K export's TopK over a map of one value (hundreds of
+        thousands of ties) costs several times as much as over distinct values. The maps compared
+        with spc.Keypoints (:func:`_agrees`) keep their zeros: its sort is the faster on those."""
+        self.noise = np.random.default_rng(SEED + 4).random((self.h, self.w), dtype=np.float32)
+
     def peaks(self, points: list[tuple[int, int]], value: float | np.ndarray, base: float = 0.0) -> np.ndarray:
-        s = np.full((self.h, self.w), base, np.float32)
-        for i, (y, x) in enumerate(points):
-            s[y, x] = value if np.isscalar(value) else value[i]
+        if self.noise is None:
+            s = np.full((self.h, self.w), base, np.float32)
+        else:  # just below base: base * (1 + u) for a negative base, -1e-3 u for 0
+            s = np.float32(base) - np.float32(abs(base) or 1e-3) * self.noise
+        if len(points):
+            at = np.asarray(points, np.int64).reshape(-1, 2)
+            s[at[:, 0], at[:, 1]] = value  # distinct points (every caller's)
         return s
 
     def sampled(self, xy: np.ndarray) -> np.ndarray:
@@ -247,19 +269,27 @@ def _kept_beside_anchor(trial: _Trial, specs: list[str], y: int, x: int, value: 
     return _count(trial, specs, trial.peaks([_anchor(trial), (y, x)], np.array([1.0, value], np.float32))) == 2
 
 
-def _threshold(trial: _Trial, specs: list[str], fast: bool) -> float:
+def _threshold(trial: _Trial, specs: list[str], fast: bool,
+               beside: list[tuple[int, int]] | None = None) -> tuple[float, set[tuple[int, int]] | None]:
     """The largest float32 score that is dropped (a score is kept iff it is above it). The region's
     scalar constants are tried first; otherwise a search on the float32 bits of the score between
-    0 (dropped) and 1 (kept): many peaks per run (:func:`_threshold_many`), or one at a time."""
+    0 (dropped) and 1 (kept): many peaks per run (:func:`_threshold_many`), or one at a time.
+    ``beside``: pixels whose peaks of 1 the first run asks about too (which are kept, or None)."""
 
     def kept(value: np.float32) -> bool:
         return _kept_beside_anchor(trial, specs, trial.h // 2, trial.w // 2, float(value))
 
     scalars = sorted({np.float32(v.data.reshape(-1)[0]) for n in trial.nodes for v in n.inputs
                       if v is not None and v.is_const and v.data.size == 1 and v.data.dtype.kind == "f"})
-    found = _threshold_many(trial, specs, [c for c in scalars if 0 < c < 1]) if fast else None
+    found, beside_kept = _threshold_many(trial, specs, [c for c in scalars if 0 < c < 1], beside or []) \
+        if fast else (None, None)
     if found is not None:
-        return found
+        return found, beside_kept
+    return _threshold_one_at_a_time(trial, specs, scalars, kept), None
+
+
+def _threshold_one_at_a_time(trial: _Trial, specs: list[str], scalars: list[np.float32],
+                             kept: Callable[[np.float32], bool]) -> float:
     if not kept(np.float32(1)) or kept(np.float32(0)):
         raise NoMatch("no threshold: a peak of 1 beside another is not kept, or a peak of 0 is")
     for c in scalars:
@@ -275,44 +305,52 @@ def _threshold(trial: _Trial, specs: list[str], fast: bool) -> float:
     return float(np.int32(lo).view(np.float32))
 
 
-def _threshold_many(trial: _Trial, specs: list[str], scalars: list[np.float32]) -> float | None:
+def _threshold_many(trial: _Trial, specs: list[str], scalars: list[np.float32], beside: list[tuple[int, int]]
+                    ) -> tuple[float | None, set[tuple[int, int]] | None]:
     """The threshold with many peaks per run: the scalar candidates and their successors in one
     run, then a 64-way search on the float32 bits. None when the answers are not those of one
     threshold (a limit cuts them, or the map is too small for the peaks): the caller asks one
-    peak at a time."""
+    peak at a time. The first run also holds a peak of 1 at each pixel of ``beside`` (away from
+    the candidates' pixels): which of those are kept is the second answer (None without them)."""
     spots = _interior(trial, 2 * len(scalars) + 2)
     if len(spots) < 2 * len(scalars) + 2:
-        return None
+        return None, None
+    if set(spots) & set(beside):
+        beside = []
 
-    def dropped_kept(values: list[np.float32]) -> tuple[int, int] | None:
-        """The last dropped and the first kept of ascending ``values``, if the kept are a suffix."""
+    def dropped_kept(values: list[np.float32], extra: tuple[tuple[int, int], ...] = ()
+                     ) -> tuple[tuple[int, int] | None, set[tuple[int, int]]]:
+        """The last dropped and the first kept of ascending ``values``, if the kept are a suffix;
+        and which of the peaks of 1 at ``extra`` are kept."""
         points = spots[:len(values)] if len(values) <= len(spots) else None
         if points is None:
-            return None
-        found = _kept_many(trial, specs, points, np.array(values, np.float32), None)
+            return None, set()
+        heights = np.concatenate([np.array(values, np.float32), np.ones(len(extra), np.float32)])
+        found = _kept_many(trial, specs, points + list(extra), heights, None)
         if found is None:
-            return None
+            return None, set()
         flags = [p in found for p in points]
         first = flags.index(True) if True in flags else len(flags)
         if first in (0, len(flags)) or not all(flags[first:]):
-            return None
-        return first - 1, first
+            return None, set()
+        return (first - 1, first), {p for p in extra if p in found}
 
     values = [np.float32(0)] + [v for c in scalars for v in (c, np.nextafter(c, np.float32(1)))] + [np.float32(1)]
-    at = dropped_kept(values)
+    at, beside_kept = dropped_kept(values, tuple(beside))
     if at is None:
-        return None
+        return None, None
+    kept_beside = beside_kept if beside else None
     if 0 < at[0] < len(values) - 1 and at[0] % 2 == 1:  # a scalar dropped and its successor kept
-        return float(values[at[0]])
+        return float(values[at[0]]), kept_beside
     spots = _interior(trial, 64)
     lo, hi = int(np.float32(0).view(np.int32)), int(np.float32(1).view(np.int32))
     while hi - lo > 1:  # invariant: value(lo) dropped, value(hi) kept
         bits = sorted({int(b) for b in np.linspace(lo, hi, min(len(spots), hi - lo + 1)).round()})
-        at = dropped_kept([np.int32(b).view(np.float32) for b in bits])
+        at, _ = dropped_kept([np.int32(b).view(np.float32) for b in bits])
         if at is None:
-            return None
+            return None, None
         lo, hi = bits[at[0]], bits[at[1]]
-    return float(np.int32(lo).view(np.float32))
+    return float(np.int32(lo).view(np.float32)), kept_beside
 
 
 def _window_points(trial: _Trial) -> list[tuple[int, int]]:
@@ -366,6 +404,27 @@ def _fill(trial: _Trial, specs: list[str], window: tuple[int, int, int]) -> floa
     return score
 
 
+def _window_and_fill(trial: _Trial, specs: list[str], one: Callable[[int, int], bool],
+                     capacity: int) -> tuple[tuple[int, int, int], float]:
+    """The window and the fill of a fixed-K export from one run: a peak of 1 at each pixel
+    :func:`_window` asks about, on a map far below any fill (-1e6). The peaks kept show the
+    window; the best of the rest is a cut border pixel, with the fill. Asked one question at a
+    time (``one``, then :func:`_fill`) where the run cannot tell: no peak kept, as many as K, or
+    nothing after them."""
+    points = _window_points(trial)
+    decoded = _decoded(trial, specs, trial.peaks(points, 1.0, base=-1e6))
+    at = set(points)
+    found = {(y, x) for (x, y), v in decoded if (y, x) in at and np.float32(v) == 1}
+    rest = [v for (x, y), v in decoded if (y, x) not in found or np.float32(v) != 1]
+    if not found or len(found) >= capacity or not rest:
+        window = _window(trial, one)
+        return window, _fill(trial, specs, window)
+    window = _window(trial, lambda y, x: (y, x) in found)
+    if not rest[0] > -1e6:
+        raise NoMatch("the border is not cut by a constant fill")
+    return window, rest[0]
+
+
 def _asked_at_once(trial: _Trial, specs: list[str], one: Callable[[int, int], bool],
                    capacity: int | None) -> Callable[[int, int], bool]:
     """``one`` (is a single peak at (y, x) kept?) for the window's pixels, from one run with a peak
@@ -377,28 +436,92 @@ def _asked_at_once(trial: _Trial, specs: list[str], one: Callable[[int, int], bo
     return lambda y, x: (y, x) in found
 
 
-def _max_keypoints(trial: _Trial, specs: list[str], border: int, limit_y: int, limit_x: int) -> int:
-    grid = [(y, x) for y in range(border, limit_y, 9) for x in range(border, limit_x, 9)]
-    got = _count(trial, specs, trial.peaks(grid, np.linspace(0.5, 1.0, len(grid), dtype=np.float32)))
-    return got if got < len(grid) else -1
+def _max_keypoints(trial: _Trial, specs: list[str], attrs: dict, dense: np.ndarray,
+                   selected: list[np.ndarray | None]) -> int:
+    """The keypoint limit of a threshold export: how many keypoints the region returned for the
+    dense map (``selected``, :func:`_selection`) when that is fewer than the map has above the
+    threshold in the window; -1 (no limit below that many) otherwise. The same run is then
+    compared with spc.Keypoints (:func:`_agrees`)."""
+    b, ly, lx = int(attrs["border"]), int(attrs["limit_y"]), int(attrs["limit_x"])
+    i = [OutputSpec.parse(s).role for s in specs].index("scores")
+    a = selected[i]
+    assert a is not None
+    got = int(a.shape[1] if OutputSpec.parse(specs[i]).batch else a.shape[0])
+    above = int(np.count_nonzero(dense[b:ly, b:lx] > np.float32(attrs["threshold"])))
+    return got if got < above else -1
 
 
-def _agrees(trial: _Trial, attrs: dict) -> str | None:
-    """None if the region and spc.Keypoints agree on random maps, else what differs. The denser map
-    tests the selection (thousands of keypoints, a limit's cut) on every output but the
-    descriptors: a descriptor depends on its keypoint alone, and the sparser map tests those."""
+def _random_map(trial: _Trial, rng: np.random.Generator, count: int, low: float = 0.0) -> np.ndarray:
+    """A map of zeros with about ``count`` random scores in [low, 1) at random pixels: drawn as
+    positions and values, not as a map of random numbers."""
+    s = np.zeros((trial.h, trial.w), np.float32)
+    values = np.float32(low) + np.float32(1 - low) * rng.random(count, dtype=np.float32)
+    s.reshape(-1)[rng.integers(0, trial.h * trial.w, count)] = values
+    return s
+
+
+def _window_edges(trial: _Trial, attrs: dict) -> list[tuple[int, int]]:
+    """The kept window's corners and a few pixels along each of its edges, and the pixels just
+    outside them: where sampling the descriptors meets the map's edge and the window cuts."""
+    b, ly, lx = int(attrs["border"]), int(attrs["limit_y"]), int(attrs["limit_x"])
+    ys = sorted({y for y in (b - 1, b, b + 1, (b + ly) // 2, ly - 2, ly - 1, ly) if 0 <= y < trial.h})
+    xs = sorted({x for x in (b - 1, b, b + 1, (b + lx) // 3, 2 * (b + lx) // 3, lx - 2, lx - 1, lx)
+                 if 0 <= x < trial.w})
+    return [(y, x) for y in ys for x in xs if y in (ys[0], ys[-1]) or x in (xs[0], xs[-1]) or
+            y in (b, ly - 1) or x in (b, lx - 1)]
+
+
+def _selection(trial: _Trial, attrs: dict) -> tuple[np.ndarray, tuple[int, ...] | None, list[np.ndarray | None]]:
+    """The denser random map (more peaks in the window than a limit is looked for up to: one per
+    80 pixels, thousands at 480x640, each above the threshold but those set exactly to it), the
+    outputs a question about the selection reads, and the region's answer for them. Those are
+    all but the descriptors in threshold mode; a fixed-K export samples K descriptors whatever the
+    map, so there it is every output, with peaks above the others along the window's edges too
+    (:func:`_window_edges`)."""
     rng = np.random.default_rng(SEED + 1)
-    roles = [OutputSpec.parse(s).role for s in attrs["outputs"]]
-    for density, only in ((0.002, None), (0.01, tuple(i for i, r in enumerate(roles) if r != "descriptors"))):
-        s = np.where(rng.random((trial.h, trial.w)) < density, rng.random((trial.h, trial.w)), 0).astype(np.float32)
-        if attrs["mode"] == "threshold":
-            s[:: max(1, trial.h // 7), ::13] = np.float32(attrs["threshold"])  # exactly at the threshold: dropped
-        want = extract(s.reshape(trial.shape), trial.desc_map, attrs, skip_descriptors=only is not None)
-        for v, a, b in zip(trial.outputs, trial(s, only), want):
+    threshold = attrs["mode"] == "threshold"
+    s = _random_map(trial, rng, int(0.0125 * trial.h * trial.w), attrs["threshold"] if threshold else 0.0)
+    only: tuple[int, ...] | None = None
+    if threshold:
+        s[:: max(1, trial.h // 7), ::13] = np.float32(attrs["threshold"])  # exactly at the threshold: dropped
+        only = tuple(i for i, spec in enumerate(attrs["outputs"]) if OutputSpec.parse(spec).role != "descriptors")
+    else:
+        edges = _window_edges(trial, attrs)
+        if edges:
+            s[tuple(np.array(edges).T)] = rng.random(len(edges), dtype=np.float32) + 1
+    return s, only, trial(s, only)
+
+
+def _agrees(trial: _Trial, attrs: dict,
+            selection: tuple[np.ndarray, tuple[int, ...] | None, list[np.ndarray | None]] | None = None
+            ) -> str | None:
+    """None if the region and spc.Keypoints agree on random maps, else what differs. The denser map
+    (:func:`_selection`, given when it already ran) tests the selection (thousands of keypoints, a
+    limit's cut); in threshold mode on every output but the descriptors: a descriptor depends on
+    its keypoint alone, and a sparser map tests those, at random pixels and along the kept
+    window's edges."""
+    dense, only, got = selection if selection is not None else _selection(trial, attrs)
+    maps: list[tuple[str, np.ndarray, Callable[[], list[np.ndarray | None]]]] = [
+        ("a dense random map", dense, lambda: got)]
+    if only is not None:
+        rng = np.random.default_rng(SEED + 3)
+        sparse = _random_map(trial, rng, min(int(0.002 * trial.h * trial.w), 64))
+        edges = _window_edges(trial, attrs)
+        if edges:
+            sparse[tuple(np.array(edges).T)] = rng.random(len(edges), dtype=np.float32) * 0.5 + 0.5
+        sparse[:: max(1, trial.h // 7), ::13] = np.float32(attrs["threshold"])
+        maps.append(("a sparse random map", sparse, lambda: trial(sparse)))
+    for what, s, outputs in maps:
+        if s is dense and only is not None:  # what extract returns but for the descriptors (none sampled)
+            xy, scores = select(s, attrs)
+            want = format_outputs(xy, scores, np.zeros((len(xy), 0), np.float32), attrs["outputs"], trial.h, trial.w)
+        else:
+            want = extract(s.reshape(trial.shape), trial.desc_map, attrs)
+        for v, a, b in zip(trial.outputs, outputs(), want):
             if a is None:
                 continue
             if a.shape != b.shape or not np.allclose(a.astype(np.float64), b.astype(np.float64), atol=1e-5):
-                return f"on a random map of density {density}, output %{v.name} differs"
+                return f"on {what}, output %{v.name} differs"
     return None
 
 
@@ -449,6 +572,8 @@ def _recognise(post: list[Node], g: Graph, hear: Callable[[str], None] | None,
         raise NoMatch(f"the maps {list(sh)} and {list(ds)} are not an image's scores and its descriptor cells")
     trial = _Trial(post, score, desc, outputs)
     fixed = all(v.type.is_static for v in outputs)
+    if fixed:
+        trial.uneven()
     specs = _roles(trial, fixed)
     found(f"outputs: {', '.join(specs)}")
     attrs: dict = {"cell": trial.cell, "outputs": specs, "mode": "fixed" if fixed else "threshold"}
@@ -461,21 +586,30 @@ def _recognise(post: list[Node], g: Graph, hear: Callable[[str], None] | None,
         def kept(y: int, x: int) -> bool:
             return _first(trial, specs, trial.peaks([(y, x)], 1.0)) == ((x, y), 1.0)
 
-        window = _window(trial, _asked_at_once(trial, specs, kept, attrs["max_keypoints"]) if fast else kept)
-        attrs["fill"] = _fill(trial, specs, window)
+        if fast:
+            window, attrs["fill"] = _window_and_fill(trial, specs, kept, attrs["max_keypoints"])
+        else:
+            window = _window(trial, kept)
+            attrs["fill"] = _fill(trial, specs, window)
     else:
-        attrs["threshold"] = _threshold(trial, specs, fast)
+        # the window's pixels are asked about in the threshold's first run (fast)
+        attrs["threshold"], window_kept = _threshold(trial, specs, fast, _window_points(trial) if fast else None)
 
         def kept(y: int, x: int) -> bool:
             return _kept_beside_anchor(trial, specs, y, x, 1.0)
 
-        window = _window(trial, _asked_at_once(trial, specs, kept, None) if fast else kept)
-        attrs["max_keypoints"] = _max_keypoints(trial, specs, *window)
-        attrs["fill"] = 0.0
+        if window_kept is not None:
+            window = _window(trial, lambda y, x: (y, x) in window_kept)
+        else:
+            window = _window(trial, _asked_at_once(trial, specs, kept, None) if fast else kept)
+        attrs.update(max_keypoints=-1, fill=0.0)
     attrs.update(border=window[0], limit_y=window[1], limit_x=window[2])
+    selection = _selection(trial, attrs)
+    if not fixed:
+        attrs["max_keypoints"] = _max_keypoints(trial, specs, attrs, selection[0], selection[2])
     found(f"threshold {attrs['threshold']:g}, max keypoints {attrs['max_keypoints']}, border {window[0]}, "
           f"window {window[1]}x{window[2]}, fill {attrs['fill']:g}")
-    why = _agrees(trial, attrs)
+    why = _agrees(trial, attrs, selection)
     if why:
         raise NoMatch(why)
     return score, desc, outputs, attrs

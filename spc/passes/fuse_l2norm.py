@@ -29,6 +29,7 @@ from spc.passes.manager import Pass, PassContext, PassResult
 from spc.passes.semantic_match import (
     Region,
     confirm,
+    confirm_small,
     describe_region,
     evaluate,
     evaluate_small,
@@ -42,6 +43,7 @@ NORM_OPS = {"onnx.ReduceL2", "onnx.ReduceSum", "onnx.ReduceSumSquare", "onnx.Pow
             "onnx.Clip", "onnx.Max", "onnx.Expand", "onnx.Div", "onnx.Reciprocal", "onnx.Add", "onnx.Unsqueeze",
             "onnx.Squeeze", "onnx.Reshape", "onnx.Identity"}
 SMALL = (5, 7)  # the last two dims of the maps searched on: a few vectors of every length
+SECOND = (4, 6)  # and of the map a match is confirmed on
 _STARTS = {"onnx.ReduceL2", "onnx.ReduceSumSquare", "onnx.Pow", "onnx.Mul"}
 
 
@@ -77,8 +79,9 @@ def trials(shape: tuple[int, ...], eps: float) -> list[np.ndarray]:
 def _search(g: Graph, region: Region, entry: Value, eps: float,
             misses: list[str] | None) -> tuple[Value, list[Node], int] | None:
     """The region's normalised value, its nodes and the axis: searched on small maps
-    (:func:`small_probe`) and confirmed on one map of the model's size; at full size when the
-    region does not run small."""
+    (:func:`small_probe`) and confirmed on a fresh map of a second small size when the small runs
+    are the model's re-sized (:func:`confirm_small`), else on one map of the model's size; at full
+    size when the region does not run small."""
     full = tuple(int(d) for d in entry.type.static_shape)
     probe = small_probe(region, SMALL)
     maps = trials(probe.shape if probe else full, eps)
@@ -95,9 +98,14 @@ def _search(g: Graph, region: Region, entry: Value, eps: float,
             continue
         exit, nodes = found
         if probe is not None:
-            # uniform, not normal: one map of the model's size, drawn fast
-            big = np.random.default_rng(3).random(full, dtype=np.float32) - np.float32(0.5)
-            if not confirm(region, nodes, exit, big, l2_normalize(big, axis, eps), rtol=1e-5, atol=1e-6):
+            def trial(shape: tuple[int, ...], axis: int = axis) -> tuple[np.ndarray, np.ndarray]:
+                # uniform, not normal: a map of another size, drawn fast
+                x = np.random.default_rng(3).random(shape, dtype=np.float32) - np.float32(0.5)
+                return x, l2_normalize(x, axis, eps)
+
+            if not confirm_small(region, nodes, exit, probe, envs[0], small_probe(region, SECOND), trial,
+                                 rtol=1e-5, atol=1e-6) and \
+                    not confirm(region, nodes, exit, *trial(full), rtol=1e-5, atol=1e-6):
                 if misses is not None:
                     misses.append(f"%{exit.name} normalises small maps, not maps of the model's size;")
                 continue

@@ -31,6 +31,7 @@ from spc.passes.manager import Pass, PassContext, PassResult
 from spc.passes.semantic_match import (
     Region,
     confirm,
+    confirm_small,
     describe_region,
     evaluate,
     evaluate_small,
@@ -46,6 +47,7 @@ FOLD_OPS = {"onnx.Softmax", "onnx.Exp", "onnx.ReduceSum", "onnx.ReduceMax", "onn
 
 
 SMALL = (3, 5)  # the logits' spatial size while searching
+SECOND = (4, 6)  # and while confirming a match
 
 
 def fold_cell(v: Value) -> int | None:
@@ -65,8 +67,9 @@ def trials(shape: tuple[int, ...], count: int = 2) -> list[np.ndarray]:
 def _search(g: Graph, region: Region, entry: Value, cell: int,
             misses: list[str] | None) -> tuple[Value, list[Node]] | None:
     """The region's folded map and its nodes: searched on small logits (:func:`small_probe`, sizes
-    scaled by the cell too) and confirmed on logits of the model's size; at full size when the
-    region does not run small."""
+    scaled by the cell too) and confirmed on fresh logits of a second small size when the small
+    runs are the model's re-sized (:func:`confirm_small`), else on logits of the model's size; at
+    full size when the region does not run small."""
     full = tuple(int(d) for d in entry.type.static_shape)
     probe = small_probe(region, SMALL, (cell,))
     maps = trials(probe.shape if probe else full)
@@ -80,8 +83,13 @@ def _search(g: Graph, region: Region, entry: Value, cell: int,
     if found is None or probe is None:
         return found
     exit, nodes = found
-    (big,) = trials(full, 1)
-    if confirm(region, nodes, exit, big, score_fold(big, cell), rtol=1e-5, atol=1e-7):
+
+    def trial(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        (x,) = trials(shape, 1)
+        return x, score_fold(x, cell)
+
+    if confirm_small(region, nodes, exit, probe, envs[0], small_probe(region, SECOND, (cell,)), trial,
+                     rtol=1e-5, atol=1e-7) or confirm(region, nodes, exit, *trial(full), rtol=1e-5, atol=1e-7):
         return found
     if misses is not None:
         misses.append(f"%{exit.name} folds small logits, not logits of the model's size")

@@ -31,8 +31,10 @@ from spc.ir.ops.spc_ops import nms_rounds
 from spc.passes.manager import Pass, PassContext, PassResult
 from spc.passes.semantic_match import (
     Region,
+    SmallProbe,
     any_equal,
     confirm,
+    confirm_small,
     describe_region,
     evaluate,
     evaluate_small,
@@ -79,10 +81,10 @@ def pooled_radius(v: Value) -> int | None:
     return None
 
 
-def trial_maps(shape: tuple[int, ...], radius: int, count: int = 3) -> list[np.ndarray]:
+def trial_maps(shape: tuple[int, ...], radius: int, count: int = 3, seed: int = 1) -> list[np.ndarray]:
     """Maps that separate NMS variants: many exact ties, flat plateaus, zeros, border peaks (the
     first ``count`` of them)."""
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     ties = (rng.integers(0, 6, shape) / 5.0 * (rng.random(shape) < 0.35)).astype(np.float32)
     if count == 1:
         return [ties]
@@ -95,16 +97,37 @@ def trial_maps(shape: tuple[int, ...], radius: int, count: int = 3) -> list[np.n
     return [ties, plateaus, np.ascontiguousarray(peaks)][:count]
 
 
+def quadrant_map(shape: tuple[int, ...], radius: int) -> np.ndarray:
+    """The maps of :func:`trial_maps` in one: ties top left, border peaks top right (on the map's
+    top and right borders), plateaus bottom left and more ties bottom right, each a map of its
+    own of a quarter of the size. One run on it asks what three runs on the maps asked (a small
+    map's cost is numpy's per-call cost, not its pixels)."""
+    h, w = shape[-2:]
+    top, left = h // 2, w // 2
+    lead = tuple(shape[:-2])
+    ties = trial_maps(lead + (top, left), radius, 1)[0]
+    peaks = trial_maps(lead + (top, w - left), radius)[2]
+    plateaus = trial_maps(lead + (h - top, left), radius, 2)[1]
+    more = trial_maps(lead + (h - top, w - left), radius, 1, seed=2)[0]
+    return np.concatenate([np.concatenate([ties, peaks], -1), np.concatenate([plateaus, more], -1)], -2)
+
+
 def _search(g: Graph, region: Region, entry: Value, radius: int,
             misses: list[str] | None) -> tuple[Value, list[Node], int] | None:
     """The region's NMS value, its nodes and its rounds: searched on small trial maps
-    (:func:`small_probe`) and confirmed on one full-size map; at full size when the region does not
-    run small. ``misses`` (``--explain``) gets why nothing matched."""
+    (:func:`small_probe`) and confirmed on a fresh map of a second small size when the small runs
+    are the model's re-sized (:func:`confirm_small`), else on one full-size map; at full size when
+    the region does not run small. ``misses`` (``--explain``) gets why nothing matched."""
     full = tuple(int(d) for d in entry.type.static_shape)
     k = 2 * radius + 1  # small maps hold several windows each way, so ties, plateaus and borders all occur
-    probe = small_probe(region, (5 * k, 6 * k + 1))
-    trials = trial_maps(probe.shape if probe else full, radius)
-    envs = evaluate_small(region, probe, trials) if probe else None
+    envs = None
+    probe = small_probe(region, (10 * k, 12 * k + 2))  # one map of four quarters (quadrant_map)
+    if probe is not None:
+        trials = [quadrant_map(probe.shape, radius)]
+        envs = evaluate_small(region, probe, trials)
+    if envs is None and (probe := small_probe(region, (5 * k, 6 * k + 1))) is not None:  # three maps
+        trials = trial_maps(probe.shape, radius)
+        envs = evaluate_small(region, probe, trials)
     if envs is None:
         probe = None
         trials = trial_maps(full, radius)
@@ -123,14 +146,28 @@ def _search(g: Graph, region: Region, entry: Value, radius: int,
         if found is None:
             continue
         exit, nodes = found
-        if probe is not None:
-            (big,) = trial_maps(full, radius, 1)
-            if not confirm(region, nodes, exit, big, nms_rounds(big, radius, rounds)[-1]):
-                if misses is not None:
-                    misses.append(f"%{exit.name} equals NMS on small maps, not at the model's size;")
-                continue
+        if probe is not None and not _confirmed(region, nodes, exit, probe, envs[0], radius, rounds, full):
+            if misses is not None:
+                misses.append(f"%{exit.name} equals NMS on small maps, not at the model's size;")
+            continue
         return exit, nodes, rounds
     return None
+
+
+def _confirmed(region: Region, nodes: list[Node], exit: Value, probe: SmallProbe, env: dict[int, np.ndarray],
+               radius: int, rounds: int, full: tuple[int, ...]) -> bool:
+    """A match found on small maps, confirmed on a fresh map of a second small size (its quarters
+    several windows still), or where that cannot show it, once at the model's size."""
+
+    def trial(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        m = quadrant_map(shape, radius)
+        return m, nms_rounds(m, radius, rounds)[-1]
+
+    k = 2 * radius + 1
+    if confirm_small(region, nodes, exit, probe, env, small_probe(region, (6 * k + 4, 8 * k + 6)), trial):
+        return True
+    (big,) = trial_maps(full, radius, 1)
+    return confirm(region, nodes, exit, big, nms_rounds(big, radius, rounds)[-1])
 
 
 class InsertDeviceNms(Pass):

@@ -13,8 +13,11 @@ for a mask, ReduceL2 or Pow/ReduceSum/Sqrt for a norm). A fusion pass here:
 
 The trials are small: the region is re-sized for a map of a few windows (:func:`small_probe`
 re-sizes its shape constants and uniform map-sized constants), so a region that cannot match
-never runs at the model's size; a match found small is confirmed once at the model's size on
-its own nodes (:func:`confirm`). A region that does not run small is tried at full size.
+never runs at the model's size. A match found small holds at the model's size when the small run
+is the model's run re-sized (:func:`faithful`: every value has the re-sized shape, and no node
+mixes or picks positions along a re-sized axis) and a fresh trial at a second small size agrees
+(:func:`confirm_small`); only where that cannot be shown does the match run once at the model's
+size, on its own nodes (:func:`confirm`). A region that does not run small is tried at full size.
 
 Trial inputs are a test, not a proof; the trials are chosen per op to break the plausible
 near-misses, and each pass's unit tests include such near-misses as negative cases.
@@ -23,12 +26,13 @@ near-misses, and each pass's unit tests include such near-misses as negative cas
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from spc.ir.graph import Graph, Node, Value
-from spc.ir.interpreter import run_nodes
+from spc.ir.interpreter import MissingValue, NodeFailed, run_nodes
+from spc.ir.ops.infer import axes_from, norm_axis
 
 
 @dataclass
@@ -85,10 +89,17 @@ _SHAPE_INPUTS = {"onnx.Expand": 1, "onnx.Reshape": 1, "onnx.ConstantOfShape": 0,
 class SmallProbe:
     """The region re-sized for an entry whose last two dims are ``hw`` instead of the model's:
     its shape constants and its uniform spatial constants (a folded zeros_like) re-sized. A match
-    found on small trials is a candidate only; it is confirmed on one full-size trial."""
+    found on small trials is a candidate only, until :func:`confirm_small` (or, failing that,
+    :func:`confirm` at the model's size) confirms it. ``sizes`` maps the model's sizes (the map's
+    height, width, their product, times each scale) to the probe's."""
 
     shape: tuple[int, ...]
     constants: dict[int, np.ndarray]
+    sizes: dict[int, int] = field(default_factory=dict)
+
+    def resized(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """A static shape at the model's size as it is at the probe's."""
+        return tuple(self.sizes.get(int(d), int(d)) for d in shape)
 
 
 def small_probe(region: Region, hw: tuple[int, int], scales: tuple[int, ...] = ()) -> SmallProbe | None:
@@ -120,13 +131,11 @@ def small_probe(region: Region, hw: tuple[int, int], scales: tuple[int, ...] = (
                     return None  # a map-sized constant with content: not re-sizable
                 shape = data.shape[:-2] + tuple(sizes[d] if d != 1 else 1 for d in data.shape[-2:])
                 constants[id(v)] = np.full(shape, flat[0] if flat.size else 0, data.dtype)
-    return SmallProbe(full[:-2] + (h, w), constants)
+    return SmallProbe(full[:-2] + (h, w), constants, sizes)
 
 
 def evaluate_small(region: Region, probe: SmallProbe, trials: list[np.ndarray]) -> list[dict[int, np.ndarray]] | None:
     """The region on small trials, or None when it does not run at that size."""
-    from spc.ir.interpreter import MissingValue, NodeFailed
-
     try:
         with np.errstate(all="ignore"):
             return [evaluate(region, t, probe.constants) for t in trials]
@@ -134,15 +143,126 @@ def evaluate_small(region: Region, probe: SmallProbe, trials: list[np.ndarray]) 
         return None
 
 
-def confirm(region: Region, nodes: list[Node], exit: Value, entry_data: np.ndarray, want: np.ndarray,
-            rtol: float = 0.0, atol: float = 0.0) -> bool:
-    """Whether ``exit`` equals ``want`` when ``nodes`` (the match's closed prefix) run at the
-    model's own size on ``entry_data``."""
-    got = run_nodes(nodes, {id(region.entry): entry_data}).get(id(exit))
+def _equal(got: np.ndarray | None, want: np.ndarray, rtol: float, atol: float) -> bool:
     if got is None or got.size != want.size:
         return False
     got = got.reshape(want.shape)
     return bool(np.array_equal(got, want) if rtol == 0 and atol == 0 else np.allclose(got, want, rtol=rtol, atol=atol))
+
+
+def confirm(region: Region, nodes: list[Node], exit: Value, entry_data: np.ndarray, want: np.ndarray,
+            rtol: float = 0.0, atol: float = 0.0) -> bool:
+    """Whether ``exit`` equals ``want`` when ``nodes`` (the match's closed prefix) run at the
+    model's own size on ``entry_data``: the confirmation where :func:`confirm_small` cannot tell."""
+    return _equal(run_nodes(nodes, {id(region.entry): entry_data}).get(id(exit)), want, rtol, atol)
+
+
+# ops whose every output position reads the same neighbourhood of its inputs at any map size:
+# element-wise ops, views (a re-sized shape is checked by :func:`faithful`), and fixed windows
+_LOCAL_OPS = {f"onnx.{op}" for op in (
+    "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Exp", "Log", "Abs", "Neg", "Max", "Min", "Clip",
+    "Sum", "Mean", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Where", "Not", "And", "Or", "Xor",
+    "Cast", "CastLike", "Identity", "Relu", "Sigmoid", "Tanh", "Sign", "Floor", "Ceil", "Round", "Erf", "IsNaN",
+    "IsInf", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose", "Expand", "Tile", "DepthToSpace",
+    "SpaceToDepth", "ConstantOfShape", "MaxPool")}
+
+
+def _mixed_axes(n: Node, rank: int) -> list[int] | None:
+    """The axes of ``n``'s first input along which an output position reads other positions, or
+    picks some (a reduction, a softmax, a gather, split or concatenation); None when unknown."""
+    name = n.op.name
+    if name in _LOCAL_OPS:
+        return []
+    if name.startswith("onnx.Reduce"):
+        axes = axes_from(n.inputs, n.attrs, 1)
+        if axes is None:
+            return None
+        if not axes:
+            return [] if n.attrs.get("noop_with_empty_axes", 0) else list(range(rank))
+        return [norm_axis(a, rank) for a in axes]
+    if name in ("onnx.Softmax", "onnx.LogSoftmax", "onnx.Hardmax"):
+        axis = norm_axis(int(n.attrs.get("axis", -1)), rank)
+        return list(range(axis, rank)) if n.attrs.get("coerce_2d") else [axis]
+    if name in ("onnx.Gather", "onnx.Split", "onnx.Concat"):
+        return [norm_axis(int(n.attrs.get("axis", 0)), rank)]
+    return None
+
+
+def _whole_slices(n: Node, full: tuple[int, ...], small: tuple[int, ...]) -> bool:
+    """Whether a Slice takes every axis that differs between ``full`` and ``small`` whole, at both."""
+    from spc.ir.ops.onnx_tensor import _slice_inputs, slice_params
+
+    raw = _slice_inputs(n.inputs, n.attrs)
+    if any(isinstance(r, Value) and not r.is_const for r in raw) or raw[0] is None or raw[1] is None:
+        return False
+    params = [np.asarray(r.data) if isinstance(r, Value) else r for r in raw]
+    try:
+        cuts = slice_params(len(full), *params)
+    except ValueError:
+        return False
+    return all(len(range(f)[c]) == f and len(range(s)[c]) == s and (c.step or 1) == 1
+               for f, s, c in zip(full, small, cuts) if f != s)
+
+
+def faithful(probe: SmallProbe, nodes: list[Node], env: dict[int, np.ndarray]) -> str | None:
+    """None when ``env``, a run of ``nodes`` at ``probe``'s size, is the model's run re-sized;
+    else why not. Two things make it so:
+
+    1. every value the nodes compute has the shape its static shape re-sizes to
+       (:meth:`SmallProbe.resized`): a size the probe did not follow (a Slice ending at 479, a
+       Range of 480, a Tile's product) shows here, as does a channel count equal to a map size;
+    2. no node mixes or picks positions along a re-sized axis (:func:`_mixed_axes`: a reduction,
+       softmax, gather, split or concatenation over the map, a Slice that is not the whole axis):
+       every other op is element-wise, a view or a fixed window, so each output position reads
+       the same neighbourhood, with the same constants, at both sizes.
+
+    The same function at both sizes then gives the same answer on maps alike; the fresh trial of
+    :func:`confirm_small` checks it on one."""
+    for n in nodes:
+        for o in n.outputs:
+            got = env.get(id(o))
+            if got is None or not o.type.is_static:
+                return f"%{o.name} has no static shape or no value"
+            if got.shape != probe.resized(o.type.static_shape):
+                return (f"%{o.name} ({n.op.name}) is {list(got.shape)} on the small map, not "
+                        f"{list(probe.resized(o.type.static_shape))}")
+        x = n.inputs[0] if n.inputs else None
+        if x is None or not x.type.is_static:
+            return f"{n.name} ({n.op.name}) reads no static first input"
+        full = tuple(int(d) for d in x.type.static_shape)
+        data = env.get(id(x), probe.constants.get(id(x), x.data if x.is_const else None))
+        if data is None:
+            return f"{n.name} ({n.op.name}): no value for %{x.name}"
+        small = tuple(np.shape(data))
+        if full == small:
+            continue
+        if n.op.name == "onnx.Slice":
+            if not _whole_slices(n, full, small):
+                return f"{n.name} (onnx.Slice) cuts a re-sized axis"
+            continue
+        axes = _mixed_axes(n, len(full))
+        if axes is None or any(full[a] != small[a] for a in axes):
+            return f"{n.name} ({n.op.name}) reads along a re-sized axis"
+    return None
+
+
+def confirm_small(region: Region, nodes: list[Node], exit: Value, probe: SmallProbe, env: dict[int, np.ndarray],
+                  second: SmallProbe | None, trial: Callable[[tuple[int, ...]], tuple[np.ndarray, np.ndarray]],
+                  rtol: float = 0.0, atol: float = 0.0) -> bool:
+    """Whether a match found on small trials holds at the model's size, shown without running it
+    there: the search's run ``env`` is :func:`faithful`, and so is a run of the match's ``nodes``
+    on a fresh trial at a ``second`` small size (``trial(shape)`` gives the map and the wanted
+    value), where ``exit`` equals the wanted value. False when that cannot be shown: the caller
+    then confirms at the model's size (:func:`confirm`)."""
+    if second is None or faithful(probe, nodes, env) is not None:
+        return False
+    data, want = trial(second.shape)
+    try:
+        with np.errstate(all="ignore"):
+            got = run_nodes(nodes, {id(region.entry): data}, constants=second.constants)
+    except (NodeFailed, MissingValue, ValueError, IndexError, TypeError):
+        return False
+    return faithful(second, nodes, got) is None and _equal(got.get(id(exit)), want, rtol, atol)
 
 
 def any_equal(region: Region, env: dict[int, np.ndarray], wants: list[np.ndarray]) -> bool:
