@@ -115,7 +115,7 @@ def select(score: np.ndarray, attrs: D) -> tuple[np.ndarray, np.ndarray]:
         order = np.argsort(-flat, kind="stable")[:k]
         ys, xs = np.divmod(order, w)
         return np.stack([xs, ys], -1), flat[order]
-    ys, xs = np.nonzero(s > np.float32(attrs["threshold"]))
+    ys, xs = np.divmod(np.flatnonzero(s > np.float32(attrs["threshold"])), w)  # np.nonzero's order, faster
     inside = (ys >= b) & (ys < ly) & (xs >= b) & (xs < lx)
     ys, xs = ys[inside], xs[inside]
     scores = s[ys, xs]
