@@ -230,18 +230,25 @@ def conv2d_device(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stri
 def _padded(x: torch.Tensor, padding: tuple[int, int, int, int], keep: int | None = None) -> torch.Tensor:
     """F.pad(x, padding) as a channels-last tensor (and with ``keep``, truncate_mantissa of it), in
     one pass: zero borders, the interior written once."""
-    left, right, top, bottom = padding
-    n, c, h, w = x.shape
-    out = torch.empty((n, h + top + bottom, w + left + right, c), dtype=torch.float32)
-    for border in (out[:, :top], out[:, top + h:], out[:, top:top + h, :left], out[:, top:top + h, left + w:]):
-        border.zero_()
-    inner = out[:, top:top + h, left:left + w]
+    out, inner = _zero_bordered(x.shape, padding, x.shape[1], torch.float32)
     src = x.permute(0, 2, 3, 1).to(torch.float32)
     if keep is None:
         inner.copy_(src)
     else:
         torch.bitwise_and(src.view(torch.int32), ~((1 << (23 - keep)) - 1), out=inner.view(torch.int32))
     return out.permute(0, 3, 1, 2)
+
+
+def _zero_bordered(shape: torch.Size, padding: tuple[int, int, int, int], channels: int,
+                   dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A padded NHWC buffer for an NCHW ``shape`` with ``channels`` channels: its borders zeroed,
+    its interior (the second tensor, a view) left for the caller to write once."""
+    left, right, top, bottom = padding
+    n, _, h, w = shape
+    out = torch.empty((n, h + top + bottom, w + left + right, channels), dtype=dtype)
+    for border in (out[:, :top], out[:, top + h:], out[:, top:top + h, :left], out[:, top:top + h, left + w:]):
+        border.zero_()
+    return out, out[:, top:top + h, left:left + w]
 
 
 def _one_block(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], padding: tuple[int, int, int, int],
@@ -405,14 +412,10 @@ def _padded_operands_bf16(x: torch.Tensor, padding: tuple[int, int, int, int],
                           fidelity: MathFidelity) -> torch.Tensor:
     """:func:`_activation_operands_bf16` of ``x``, zero-padded, as a channels-last tensor, each
     part written once (as :func:`_padded` does in float32)."""
-    left, right, top, bottom = padding
     xb = x if x.dtype is torch.bfloat16 else x.to(torch.bfloat16)
-    n, c, h, w = xb.shape
+    c = xb.shape[1]
     parts = 2 if fidelity.phases == 3 else 1
-    out = torch.empty((n, h + top + bottom, w + left + right, parts * c), dtype=torch.bfloat16)
-    for border in (out[:, :top], out[:, top + h:], out[:, top:top + h, :left], out[:, top:top + h, left + w:]):
-        border.zero_()
-    inner = out[:, top:top + h, left:left + w]
+    out, inner = _zero_bordered(xb.shape, padding, parts * c, torch.bfloat16)
     src = xb.permute(0, 2, 3, 1)
     if fidelity.phases == 4:
         inner.copy_(src)
