@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -165,10 +166,9 @@ def test_score_fold_is_searched_small_with_the_cell_scaled(monkeypatch: pytest.M
     assert full_size_evaluations == []
 
 
-def test_keypoints_many_peaks_per_run_agree_with_one_at_a_time(small_onnx: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    g = import_onnx(small_onnx)
-    PassManager(default_pipeline(), [], stop_after="partition-host-device").run(g, PassContext())
+def _fast_and_slow(g, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, int, Any, int]:
+    """fuse-keypoints' answer on ``g``'s host post-processing with its shortcuts and without, and
+    the region runs each took."""
     post = [n for n in g.nodes if n.placement is Placement.HOST_POST]
     runs = {"n": 0}
     real = fuse_keypoints._Trial.__call__
@@ -181,8 +181,16 @@ def test_keypoints_many_peaks_per_run_agree_with_one_at_a_time(small_onnx: Path,
     fast = fuse_keypoints._recognise(post, g, None, fast=True)
     fast_runs, runs["n"] = runs["n"], 0
     slow = fuse_keypoints._recognise(post, g, None, fast=False)
+    return fast, fast_runs, slow, runs["n"]
+
+
+def test_keypoints_many_peaks_per_run_agree_with_one_at_a_time(small_onnx: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    g = import_onnx(small_onnx)
+    PassManager(default_pipeline(), [], stop_after="partition-host-device").run(g, PassContext())
+    fast, fast_runs, slow, slow_runs = _fast_and_slow(g, monkeypatch)
     assert fast[3] == slow[3]
-    assert fast_runs * 3 < runs["n"], (fast_runs, runs["n"])
+    assert fast_runs * 3 < slow_runs, (fast_runs, slow_runs)
 
 
 @pytest.mark.parametrize("name", ["fixed_k_op20", "fixed_k_op18_variant"])
@@ -193,17 +201,6 @@ def test_fixed_k_window_and_fill_at_once_agree_with_one_at_a_time(name: str, mon
 
     g = import_onnx(cached(name, 120, 160))
     PassManager(default_pipeline(), [], stop_after="partition-host-device").run(g, PassContext())
-    post = [n for n in g.nodes if n.placement is Placement.HOST_POST]
-    runs = {"n": 0}
-    real = fuse_keypoints._Trial.__call__
-
-    def counted(self, score_map, only=None):
-        runs["n"] += 1
-        return real(self, score_map, only)
-
-    monkeypatch.setattr(fuse_keypoints._Trial, "__call__", counted)
-    fast = fuse_keypoints._recognise(post, g, None, fast=True)
-    fast_runs, runs["n"] = runs["n"], 0
-    slow = fuse_keypoints._recognise(post, g, None, fast=False)
+    fast, fast_runs, slow, slow_runs = _fast_and_slow(g, monkeypatch)
     assert fast[3] == slow[3] and fast[3]["mode"] == "fixed"
-    assert fast_runs == 3 < runs["n"], (fast_runs, runs["n"])
+    assert fast_runs == 3 < slow_runs, (fast_runs, slow_runs)
