@@ -5,8 +5,9 @@ This is the contract's closed set (plan/schema.py validates a plan's JSON agains
 anything reads the plan): the lowering emits only these calls, the backends and `spc emit-py`
 execute or print only these, and a plan naming anything else is refused. A new call is a row
 here, a lowering, an emulation (runtime/emu_ops.py) and a spelling (ttnn/calls.py);
-tests/test_plan_schema.py checks that every call the lowering emits over ONNX's conformance
-cases and the corpus validates.
+the compiler checks every plan it writes against the schema (compiler.py _check_plan), so every
+call the lowering emits over ONNX's conformance cases and the corpus is checked in their tests;
+tests/test_plan_schema.py edits a real plan's calls one field at a time.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt
+from msgspec import Meta
 
 from spc.ttnn.calls import BINARY, UNARY
 
@@ -24,18 +25,19 @@ MAX_DIM = 1 << 24
 MAX_RANK = 8
 MAX_WINDOW = 1 << 12
 
-Count = Annotated[StrictInt, Field(ge=1, le=MAX_DIM)]
-NonNegative = Annotated[StrictInt, Field(ge=0, le=MAX_DIM)]
-Axis = Annotated[StrictInt, Field(ge=-MAX_RANK, le=MAX_RANK - 1)]
-Index = Annotated[StrictInt, Field(ge=-MAX_DIM, le=MAX_DIM)]
-Window = Annotated[StrictInt, Field(ge=1, le=MAX_WINDOW)]
-Pad = Annotated[StrictInt, Field(ge=0, le=MAX_WINDOW)]
-Number = StrictFloat | StrictInt  # inf and nan are allowed: masks and clamps use them
-Pair = Annotated[list[Window], Field(min_length=2, max_length=2)]
-PadPair = Annotated[list[Pad], Field(min_length=2, max_length=2)]
-Shape = Annotated[list[Count], Field(min_length=1, max_length=MAX_RANK)]
-Axes = Annotated[list[Axis], Field(min_length=1, max_length=MAX_RANK)]
-Indices = Annotated[list[Index], Field(min_length=1, max_length=MAX_RANK)]
+# msgspec types: an int is never a bool, nor a float an int (strict); a Number keeps its JSON type
+Count = Annotated[int, Meta(ge=1, le=MAX_DIM)]
+NonNegative = Annotated[int, Meta(ge=0, le=MAX_DIM)]
+Axis = Annotated[int, Meta(ge=-MAX_RANK, le=MAX_RANK - 1)]
+Index = Annotated[int, Meta(ge=-MAX_DIM, le=MAX_DIM)]
+Window = Annotated[int, Meta(ge=1, le=MAX_WINDOW)]
+Pad = Annotated[int, Meta(ge=0, le=MAX_WINDOW)]
+Number = float | int  # inf and nan are allowed: masks and clamps use them
+Pair = Annotated[list[Window], Meta(min_length=2, max_length=2)]
+PadPair = Annotated[list[Pad], Meta(min_length=2, max_length=2)]
+Shape = Annotated[list[Count], Meta(min_length=1, max_length=MAX_RANK)]
+Axes = Annotated[list[Axis], Meta(min_length=1, max_length=MAX_RANK)]
+Indices = Annotated[list[Index], Meta(min_length=1, max_length=MAX_RANK)]
 # the typed arguments are checked by the types that read them (plan/program.py decode_args): here
 # only their JSON shape
 Format = Literal["float32", "bfloat16", "bfloat8_b", "bfloat4_b", "uint32", "uint16"]
@@ -49,15 +51,15 @@ class CallSig:
     """What a call may hold. ``inputs``: how many device tensors it reads (min, max)."""
 
     inputs: tuple[int, int] = (1, 1)
-    args: dict[str, Any] = field(default_factory=dict)  # keyword -> type (pydantic)
+    args: dict[str, Any] = field(default_factory=dict)  # keyword -> type (msgspec)
     required: frozenset[str] = frozenset()
     weights: frozenset[str] = frozenset()  # weight keywords (plan tensors)
     extra_outputs: int = 0
 
 
 _POOL = {"batch_size": Count, "input_h": Count, "input_w": Count, "channels": Count, "kernel_size": Pair,
-         "stride": Pair, "padding": PadPair, "ceil_mode": StrictBool}
-_REDUCE = CallSig(args={"dim": Axis | Axes, "keepdim": StrictBool}, required=frozenset({"dim", "keepdim"}))
+         "stride": Pair, "padding": PadPair, "ceil_mode": bool}
+_REDUCE = CallSig(args={"dim": Axis | Axes, "keepdim": bool}, required=frozenset({"dim", "keepdim"}))
 _SCALAR = CallSig(inputs=(1, 2), args={"scalar": Number, "memory_config": MemoryConfigKey})
 _UNARY = CallSig(args={"memory_config": MemoryConfigKey})
 
@@ -65,7 +67,7 @@ CALLS: dict[str, CallSig] = {
     "ttnn.conv2d": CallSig(
         args={"batch_size": Count, "input_height": Count, "input_width": Count, "in_channels": Count,
               "out_channels": Count, "kernel_size": Pair, "stride": Pair,
-              "padding": Annotated[list[Pad], Field(min_length=4, max_length=4)], "dilation": Pair,
+              "padding": Annotated[list[Pad], Meta(min_length=4, max_length=4)], "dilation": Pair,
               "groups": Count, "dtype": Format, "conv_config": JsonObject, "compute_config": JsonObject,
               "slice_config": JsonObject, "memory_config": MemoryConfigKey},
         required=frozenset({"batch_size", "input_height", "input_width", "in_channels", "out_channels",
@@ -75,12 +77,12 @@ CALLS: dict[str, CallSig] = {
     "ttnn.max_pool2d": CallSig(args={**_POOL, "dilation": Pair, "slice_config": JsonObject,
                                      "memory_config": MemoryConfigKey},
                                required=frozenset({*_POOL, "dilation"})),
-    "ttnn.avg_pool2d": CallSig(args={**_POOL, "count_include_pad": StrictBool},
+    "ttnn.avg_pool2d": CallSig(args={**_POOL, "count_include_pad": bool},
                                required=frozenset({*_POOL, "count_include_pad"})),
-    "ttnn.softmax": CallSig(args={"dim": Axis, "numeric_stable": StrictBool}, required=frozenset({"dim"})),
+    "ttnn.softmax": CallSig(args={"dim": Axis, "numeric_stable": bool}, required=frozenset({"dim"})),
     "ttnn.sum": _REDUCE, "ttnn.mean": _REDUCE, "ttnn.max": _REDUCE, "ttnn.min": _REDUCE,
     "ttnn.concat": CallSig(inputs=(1, 64), args={"dim": Axis}, required=frozenset({"dim"})),
-    "ttnn.pad": CallSig(args={"padding": Annotated[list[PadPair], Field(min_length=1, max_length=MAX_RANK)],
+    "ttnn.pad": CallSig(args={"padding": Annotated[list[PadPair], Meta(min_length=1, max_length=MAX_RANK)],
                               "value": Number}, required=frozenset({"padding", "value"})),
     "ttnn.expand": CallSig(args={"output_shape": Shape}, required=frozenset({"output_shape"})),
     "ttnn.repeat": CallSig(args={"repeat_dims": Shape}, required=frozenset({"repeat_dims"})),
@@ -91,7 +93,7 @@ CALLS: dict[str, CallSig] = {
                           required=frozenset({"starts", "ends", "steps"})),
     "ttnn.matmul": CallSig(inputs=(2, 2)),
     "ttnn.where": CallSig(inputs=(1, 3), args={"true_value": Number, "false_value": Number}),
-    "ttnn.topk": CallSig(args={"dim": Axis, "k": Count, "largest": StrictBool, "sorted": StrictBool},
+    "ttnn.topk": CallSig(args={"dim": Axis, "k": Count, "largest": bool, "sorted": bool},
                          required=frozenset({"dim", "k", "largest", "sorted"}), extra_outputs=1),
     "ttnn.embedding": CallSig(inputs=(2, 2), args={"layout": PageLayoutName}),
     "ttnn.clamp": CallSig(args={"min": Number, "max": Number}),
