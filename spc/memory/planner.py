@@ -10,6 +10,9 @@ pool, tries its candidates:
   columns in 1..64 slices (memory/l1.py sizes each, memory/cost.py costs it);
 * a candidate fits when every conv or pool call of the block keeps MARGIN bytes free on the
   busiest core, the calls between them placed as they run; the cheapest fitting one is kept.
+  A trial rewrites and walks only that window, from the block's first conv or pool to its last:
+  the calls after it cannot change whether the block fits, only which tensors the window frees
+  (those they read are kept), so the program is rewritten whole once per block, for the choice.
 
 Choosing one is rewriting the block's calls (:func:`apply`)::
 
@@ -31,6 +34,8 @@ stops there).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from spc.errors import SpcError
@@ -70,6 +75,20 @@ class Choice:
         return max(0, MARGIN - self.placed.headroom)
 
 
+@dataclass
+class _Window:
+    """What every trial of one block shares: the calls from its first conv or pool (``start``) to
+    its last (``stop`` - 1), each tensor's home before them, the names the program makes, the
+    names the calls after the window read, and the names no call frees (outputs, constants)."""
+
+    start: int
+    stop: int
+    homes: Callable[[], Homes]
+    made: Callable[[], set[str]]
+    later: set[str]
+    kept: set[str]
+
+
 class _NoFit(Exception):
     def __init__(self, error: SpcError, holders: list[str]) -> None:
         super().__init__(str(error))
@@ -77,55 +96,71 @@ class _NoFit(Exception):
 
 
 # -- rewriting a block's calls --------------------------------------------------------------------
-def _homes(ops: list[TtOp], program: Program) -> dict[str, tuple[bool, DataFormat, list[int]]]:
-    """Each tensor: (whether it lives in DRAM, its format, its device shape), as its producer
-    leaves it (the conv/pool configurations as they are in ``ops``)."""
-    homes = {t.name: (True, DataFormat.BFLOAT16, list(t.device_shape)) for t in program.device_inputs}
-    for c in program.constants:
-        homes[c.name] = (True, c.dtype, list(c.device_shape))
+Homes = dict[str, tuple[bool, DataFormat, list[int]]]
+
+
+def _home(homes: Homes, ops: list[TtOp]) -> None:
+    """Add where ``ops`` leave their results (the conv/pool configurations as they are in ``ops``)."""
     for op in ops:
         dram = result_in_dram(op, homes[op.inputs[0]][0] if op.inputs and op.inputs[0] in homes else True)
         homes[op.output] = (dram, op.dtype, list(op.shape))
         for extra, dtype in zip(op.extra_outputs, op.extra_dtypes):
             homes[extra] = (True, dtype, list(op.shape))
+
+
+def _homes(ops: list[TtOp], program: Program) -> Homes:
+    """Each tensor: (whether it lives in DRAM, its format, its device shape), as its producer
+    leaves it (the conv/pool configurations as they are in ``ops``)."""
+    homes: Homes = {t.name: (True, DataFormat.BFLOAT16, list(t.device_shape)) for t in program.device_inputs}
+    for c in program.constants:
+        homes[c.name] = (True, c.dtype, list(c.device_shape))
+    _home(homes, ops)
     return homes
 
 
-def apply(ops: list[TtOp], program: Program, block: str, mem: BlockMemory) -> list[TtOp]:
-    """The calls with ``block``'s convs and pools in ``mem``: their slicing and activation block,
-    a copy of an L1 input to DRAM before a DRAM path, a reshape after a DRAM-sliced pool that
-    writes to DRAM for the element-wise calls."""
-    # the calls before the block's first conv or pool are kept as they are (nothing is renamed yet)
-    first = next((k for k, op in enumerate(ops) if op.block == block and op.op in CONFIGURABLE), len(ops))
-    out: list[TtOp] = ops[:first]
-    renamed: dict[str, str] = {}
-    made: set[str] | None = None
-    for op in ops[first:]:
+def _configured(op: TtOp, mem: BlockMemory) -> TtOp:
+    args = dict(op.args, slice_config=mem.slicing)
+    if op.op == "ttnn.conv2d":
+        args["conv_config"] = args["conv_config"].with_act_block_tiles(mem.act_block_h)
+    return replace(op, args=args)
+
+
+def _rewrite(ops: list[TtOp], start: int, stop: int, block: str, mem: BlockMemory, homes: Callable[[], Homes],
+             made: Callable[[], set[str]], renamed: dict[str, str]) -> list[TtOp]:
+    """``ops[start:stop]`` with ``block``'s convs and pools in ``mem``. ``homes()``: each tensor's
+    home as ops[:start] leave it (asked only by a DRAM path, and updated here as calls are added);
+    ``made()``: every name the program makes (a copy's name must be new); ``renamed``: the reads
+    that go to another name from here on (a DRAM-sliced pool's reshaped result), filled in."""
+    out: list[TtOp] = []
+    known: Homes | None = None
+    seen = 0  # the calls of ``out`` already in ``known``
+    names: set[str] | None = None
+    for op in ops[start:stop]:
         if renamed and any(i in renamed for i in op.inputs):
             op = replace(op, inputs=[renamed.get(i, i) for i in op.inputs])
         if op.block != block or op.op not in CONFIGURABLE:
             out.append(op)
             continue
-        args = dict(op.args, slice_config=mem.slicing)
-        if op.op == "ttnn.conv2d":
-            args["conv_config"] = args["conv_config"].with_act_block_tiles(mem.act_block_h)
-        op = replace(op, args=args)
+        op = _configured(op, mem)
         dram_path = mem.path is BufferType.DRAM
         writes_dram = op.args.get("memory_config") is not None
         if dram_path and not writes_dram:
             x = op.inputs[0]
-            in_dram, dtype, shape = _homes(out, program)[x]
+            known = homes() if known is None else known
+            _home(known, out[seen:])
+            seen = len(out)
+            in_dram, dtype, shape = known[x]
             if not in_dram:
                 # a copy of its own, also when another block copied the same tensor: reading that
                 # copy would end the tensor's life at an earlier call, which the walk has passed
-                made = made if made is not None else {o.output for o in ops}
+                names = made() if names is None else names
                 moved, k = x + "/dram", 0
-                while moved in made:
+                while moved in names:
                     k += 1
                     moved = f"{x}/dram_{k}"
                 out.append(TtOp("ttnn.to_memory_config", [x], moved, {"memory_config": DRAM_INTERLEAVED},
                                 source=op.source, dtype=dtype, block=op.block, shape=shape))
-                made.add(moved)
+                names.add(moved)
                 op = replace(op, inputs=[moved, *op.inputs[1:]])
         out.append(op)
         if dram_path and writes_dram:
@@ -134,6 +169,16 @@ def apply(ops: list[TtOp], program: Program, block: str, mem: BlockMemory) -> li
                             dtype=op.dtype, block=op.block, shape=list(op.shape)))
             renamed[op.output] = flat
     return out
+
+
+def apply(ops: list[TtOp], program: Program, block: str, mem: BlockMemory) -> list[TtOp]:
+    """The calls with ``block``'s convs and pools in ``mem``: their slicing and activation block,
+    a copy of an L1 input to DRAM before a DRAM path, a reshape after a DRAM-sliced pool that
+    writes to DRAM for the element-wise calls."""
+    # the calls before the block's first conv or pool are kept as they are (nothing is renamed yet)
+    first = next((k for k, op in enumerate(ops) if op.block == block and op.op in CONFIGURABLE), len(ops))
+    return ops[:first] + _rewrite(ops, first, len(ops), block, mem, lambda: _homes(ops[:first], program),
+                                  lambda: {o.output for o in ops}, {})
 
 
 # -- choosing ----------------------------------------------------------------------------------
@@ -249,24 +294,42 @@ class Planner:
         again.ledger, again.where, again.sizes, again.records = walk.ledger, walk.where, walk.sizes, walk.records
         return again
 
-    def _try(self, ops: list[TtOp], i: int, walk: Walk, block: str, mem: BlockMemory) -> Choice:
-        """The block's calls from ``i`` on under ``mem``, on a copy of the walk."""
-        trial_ops = apply(ops, self.program, block, mem)
-        trial = self._resume(walk, trial_ops)
-        trial.ledger, trial.where, trial.sizes = walk.ledger.copy(), dict(walk.where), dict(walk.sizes)
-        trial.records = []
-        last = next(j for j in range(len(trial_ops) - 1, -1, -1)
-                    if trial_ops[j].block == block and trial_ops[j].op in CONFIGURABLE)
+    def _try(self, ops: list[TtOp], walk: Walk, block: str, mem: BlockMemory, window: _Window) -> Choice:
+        """The block's calls under ``mem``, placed on a copy of the walk: only the window from its
+        first conv or pool to its last is rewritten and walked (what follows cannot change whether
+        the block fits, only which tensors the window frees: those read after it are kept)."""
+        renamed: dict[str, str] = {}
+        calls = _rewrite(ops, window.start, window.stop, block, mem, window.homes, window.made, renamed)
+        later = window.later if not renamed else {renamed.get(n, n) for n in window.later}
+        last_read: dict[str, int] = {}
+        for j, call in enumerate(calls):
+            for name in call.inputs:
+                last_read[name] = j
+        frees: list[list[str]] = [[] for _ in calls]
+        for name, j in last_read.items():
+            if name not in later and name not in window.kept:
+                frees[j].append(name)
+        end = max(j for j, call in enumerate(calls) if call.block == block and call.op in CONFIGURABLE) + 1
+        trial = walk.fork()
         worst: Placed | None = None
         seconds = 0.0
-        for j in range(i, last + 1):
-            record = trial.step(trial_ops[j], trial.frees[j])
-            if trial_ops[j].block == block and trial_ops[j].op in CONFIGURABLE:
+        for call, dead in zip(calls[:end], frees):
+            record = trial.step(call, dead)
+            if call.block == block and call.op in CONFIGURABLE:
                 seconds += record.seconds
                 if worst is None or record.placed.headroom < worst.headroom:
                     worst = record.placed
         assert worst is not None
         return Choice(mem, worst, seconds)
+
+    def _window(self, ops: list[TtOp], i: int, block: str) -> _Window:
+        stop = max(j for j in range(i, len(ops)) if ops[j].block == block and ops[j].op in CONFIGURABLE) + 1
+        homes = functools.cache(lambda: _homes(ops[:i], self.program))
+        made = functools.cache(lambda: {op.output for op in ops})
+        # a trial adds to both: each gets its own copy
+        return _Window(i, stop, lambda: dict(homes()), lambda: set(made()),
+                       {name for op in ops[stop:] for name in op.inputs},
+                       {t.name for t in self.program.device_outputs} | {c.name for c in self.program.constants})
 
     def _choose(self, ops: list[TtOp], i: int, walk: Walk, dram_only: bool) -> Choice:
         op = ops[i]
@@ -279,6 +342,7 @@ class Planner:
             cands = [m for m in cands if m.path is BufferType.DRAM]
         # the DRAM path first copies an L1 input out: ranked at the bytes it moves
         copy_out = w.n * w.h * w.w * w.c * 2 / self.target.dram_bytes_per_s if src.bytes else 0.0
+        window = self._window(ops, i, block)
         tried: list[Choice] = []
         fitting: dict[str, int] = {}
         for mem in [forced] if forced else cands:
@@ -286,7 +350,7 @@ class Planner:
             dim = mem.slicing.type.dim
             if dram and fitting.get(dim, 0) >= KEEP_FITTING:
                 continue  # more slices only add launches and halo reads once these fit
-            choice = self._try(ops, i, walk, block, mem)
+            choice = self._try(ops, walk, block, mem, window)
             tried.append(replace(choice, seconds=choice.seconds + (copy_out if dram else 0.0)))
             if dram and tried[-1].short == 0:
                 fitting[dim] = fitting.get(dim, 0) + 1

@@ -133,6 +133,14 @@ class Walk:
             program.frees(keep if keep is not None else {t.name for t in program.device_outputs})
         self.records: list[CallRecord] = []
 
+    def fork(self) -> Walk:
+        """A copy to try calls on (the planner's trials): its own ledger, homes and records."""
+        other = Walk.__new__(Walk)
+        other.program, other.target, other.frees = self.program, self.target, self.frees
+        other.ledger, other.where, other.sizes = self.ledger.copy(), dict(self.where), dict(self.sizes)
+        other.records = []
+        return other
+
     def source(self, op: TtOp) -> Resident:
         return self.where.get(op.inputs[0], DRAM_RM) if op.inputs else DRAM_RM
 

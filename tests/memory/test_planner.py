@@ -14,6 +14,7 @@ from spc.memory.planner import Planner, plan_memory
 from spc.passes.choose_precision import ChoosePrecision
 from spc.passes.manager import PassContext
 from spc.passes.partition_host_device import PartitionHostDevice
+from spc.plan.io import read_plan
 from spc.plan.program import Program
 from spc.ttnn.memory import L1_FULL, BlockMemory, BufferType, MemoryOverrides, SliceType, parse
 from spc.ttnn.targets import TARGETS
@@ -126,3 +127,52 @@ def test_spelling_round_trips() -> None:
     for text in ("l1", "l1:abh=4", "dram:height=3", "dram:width=2"):
         assert parse(text).spell() == text
     assert parse("dram:width=2") == BlockMemory.dram("width", 2)
+
+
+def _whole_program_trial(planner: Planner, ops: list, walk, block: str, mem: BlockMemory, start: int):
+    """A trial as the planner made one before it walked only the block's window: the whole
+    program rewritten, its frees computed afresh, the block's calls placed on a copy of the walk."""
+    from spc.memory.planner import CONFIGURABLE, Choice, apply
+    from spc.memory.residency import Walk
+
+    trial_ops = apply(ops, planner.program, block, mem)
+    trial = Walk(replace(planner.program, device_ops=trial_ops), planner.target)
+    trial.ledger, trial.where, trial.sizes = walk.ledger.copy(), dict(walk.where), dict(walk.sizes)
+    last = max(j for j, op in enumerate(trial_ops) if op.block == block and op.op in CONFIGURABLE)
+    worst, seconds = None, 0.0
+    for j in range(start, last + 1):
+        record = trial.step(trial_ops[j], trial.frees[j])
+        if trial_ops[j].block == block and trial_ops[j].op in CONFIGURABLE:
+            seconds += record.seconds
+            worst = record.placed if worst is None or record.placed.headroom < worst.headroom else worst
+    return Choice(mem, worst, seconds)
+
+
+@pytest.mark.parametrize("forced, made", [
+    ([], []),
+    (["nms=dram:width=2", "encoder.conv_blocks.0.conv_b=dram:height=3"], ["ttnn.to_memory_config", "/flat"]),
+    (["node_max_pool2d*=dram:height=2", "keypoint_decoder.*=dram:width=2"], ["ttnn.to_memory_config"])])
+def test_a_trial_of_the_window_measures_what_the_whole_program_would(small_onnx, forced: list[str], made: list[str],
+                                                                     tmp_path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every trial (free choices and forced DRAM paths: copies to DRAM, pools whose results are
+    reshaped and renamed for the calls after them) places the same calls with the same headroom
+    and time as the whole rewritten program, walked with its own frees."""
+    from spc.compiler import compile_onnx
+
+    original, seen = Planner._try, []
+
+    def checked(self, ops, walk, block, mem, window):
+        got = original(self, ops, walk, block, mem, window)
+        assert got == _whole_program_trial(self, ops, walk, block, mem, window.start), (block, mem)
+        seen.append(mem.path)
+        return got
+
+    monkeypatch.setattr(Planner, "_try", checked)
+    planned(480, 640)
+    compile_onnx(small_onnx, tmp_path / "p.ttplan", memory=MemoryOverrides.from_cli(forced))
+    assert BufferType.DRAM in seen and BufferType.L1 in seen
+    # the forced paths were taken: a copy to DRAM, a DRAM-sliced pool's result reshaped and renamed
+    calls = read_plan(tmp_path / "p.ttplan").program.device_ops
+    for what in made:
+        assert any(op.op == what or op.output.endswith(what) for op in calls), what
