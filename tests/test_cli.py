@@ -145,6 +145,35 @@ def test_compile_does_not_import_torch(small_onnx: Path, tmp_path: Path) -> None
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 
 
+def test_file_commands_end_without_teardown_and_lose_no_output(small_onnx: Path, tmp_path: Path) -> None:
+    """compile, inspect and emit-py end with os._exit once done (cli.entry): what they printed to a
+    pipe arrives whole, the plan is complete, an error is still one line and exit code 1, and the
+    other commands still end through the interpreter (their atexit handlers run)."""
+    def cli(*args: object) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "spc.cli", *map(str, args)], capture_output=True, text=True,
+                              check=False)
+
+    plan = tmp_path / "p.ttplan"
+    done = cli("compile", small_onnx, "-o", plan, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["plan"] == str(plan)
+    assert read_plan(plan).program.device_ops
+    shown = cli("inspect", plan, "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["calls"], shown.stderr
+    again = cli("compile", small_onnx, "-o", plan)
+    assert again.returncode == 1 and again.stderr.count("\n") == 1 and "already exists" in again.stderr
+    # the fast set skips atexit; any other command ends through the interpreter, its handlers run
+    def ends(*argv: str) -> subprocess.CompletedProcess:
+        code = ("import atexit, sys; atexit.register(lambda: print('atexit ran'))\n"
+                f"sys.argv = ['spc', *{list(argv)!r}]; from spc.cli import entry; entry()\n")
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+
+    listed = ends("compile", "--list-passes")
+    assert listed.returncode == 0 and "choose-memory-config" in listed.stdout and "atexit ran" not in listed.stdout
+    refused = ends("check", str(tmp_path / "none.ttplan"), str(tmp_path / "none.png"))
+    assert refused.returncode == 1 and refused.stdout.rstrip().endswith("atexit ran"), refused
+
+
 def _rewrite_member(src: Path, dst: Path, member: str, edit) -> None:
     out = io.BytesIO()
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(out, "w") as zout:

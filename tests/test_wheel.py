@@ -141,7 +141,7 @@ def test_wheel_holds_the_package_its_data_and_nothing_else(wheel: Path) -> None:
               if p.is_file() and "__pycache__" not in p.parts}
     assert source <= names, sorted(source - names)
     entry_points = zipfile.ZipFile(wheel).read("spc-0.1.0.dist-info/entry_points.txt").decode()
-    assert "spc = spc.cli:main" in entry_points
+    assert "spc = spc.cli:entry" in entry_points
 
 
 def test_wheel_compiles_and_runs_on_emu(main_venv: Path, wheel_plan: Path, images: dict[str, Path],
