@@ -66,7 +66,12 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _json_bytes(obj: Any) -> bytes:
+def _json_bytes(obj: Any, compact: bool = False) -> bytes:
+    """Canonical JSON: sorted keys; indented for people (the manifest), or ``compact`` for
+    program.json (json's C encoder: indenting takes its pure-Python one, ~10 ms of a compile at
+    480x640; `spc inspect` and the dumps are the program for people)."""
+    if compact:
+        return (json.dumps(obj, sort_keys=True, allow_nan=True, separators=(",", ":")) + "\n").encode()
     return (json.dumps(obj, indent=1, sort_keys=True, allow_nan=True) + "\n").encode()
 
 
@@ -86,7 +91,7 @@ def write_plan(path: Path, program: Program, weights: dict[str, np.ndarray], ir_
                manifest: dict[str, Any], program_json: dict[str, Any] | None = None) -> None:
     """``program_json``: ``program.to_json()`` when the caller has made it already (to check it)."""
     js = program.to_json() if program_json is None else program_json
-    members = {"program.json": _json_bytes(js), "weights.safetensors": _weights_bytes(weights),
+    members = {"program.json": _json_bytes(js, compact=True), "weights.safetensors": _weights_bytes(weights),
                "ir.txt": ir_text.encode()}
     for name, data in members.items():
         if len(data) > MAX_MEMBER_BYTES[name]:
