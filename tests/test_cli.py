@@ -223,7 +223,7 @@ def test_bad_onnx(case: str, small_onnx: Path, tmp_path: Path) -> None:
 def _bad_plans(tmp_path: Path, plan: Path) -> dict[str, tuple[Path, str]]:
     (tmp_path / "trunc.ttplan").write_bytes(plan.read_bytes()[: plan.stat().st_size // 2])
     def edit(d: bytes) -> bytes:
-        edited = d.replace(b'"in_channels": 64', b'"in_channels": 32', 1)
+        edited = d.replace(b'"in_channels":64', b'"in_channels":32', 1)
         assert edited != d
         return edited
 
