@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from spc.errors import SpcError
-from spc.frontend.onnx_import import import_onnx
+from spc.frontend.onnx_import import read_source
 from spc.ir.graph import Graph, Placement
 from spc.ir.macs import macs
 from spc.ir.printer import print_graph
@@ -160,28 +159,19 @@ def _batch(g: Graph, src: Path, batch: int) -> int:
     return batch
 
 
-def model_metadata(data: bytes, src: Path, notes: list[str]) -> dict[str, str]:
+def model_metadata(props: list[tuple[str, str]], notes: list[str]) -> dict[str, str]:
     """The source model's ``metadata_props`` for the manifest, bounded as plan/schema.py says:
     the first :data:`MAX_METADATA_ENTRIES` by key, keys and values cut to their caps (marked
     ``...``), the first of repeated keys. Kept as data: nothing reads them as settings."""
-    import onnx
-
-    model = onnx.ModelProto()
-    try:
-        model.ParseFromString(data)
-    except Exception:  # the importer read this file a moment ago: it changed under us
-        raise SpcError(f"{src}: the file changed while it was compiled; compile it again") from None
 
     def cut(text: str, cap: int) -> str:
         return text if len(text) <= cap else text[:cap - 3] + "..."
 
     found: dict[str, str] = {}
     cuts = 0
-    for e in model.metadata_props:
-        if not isinstance(e.key, str) or not isinstance(e.value, str):  # not UTF-8: the importer refuses it
-            continue
-        key, value = cut(e.key, MAX_METADATA_KEY), cut(e.value, MAX_METADATA_VALUE)
-        cuts += (key, value) != (e.key, e.value)
+    for k, v in props:
+        key, value = cut(k, MAX_METADATA_KEY), cut(v, MAX_METADATA_VALUE)
+        cuts += (key, value) != (k, v)
         found.setdefault(key, value)
     kept = dict(sorted(found.items())[:MAX_METADATA_ENTRIES])
     if len(found) > len(kept):
@@ -232,7 +222,8 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
     """Compile ``src``; with ``auto``, search the precision plan on calibration inputs first
     (tuning/precision_search.py: needs torch and onnxruntime, unlike the rest of compile)."""
     chip = get_target(target)
-    g = import_onnx(src, input_shape=input_shape)
+    source = read_source(src, input_shape=input_shape)  # the manifest's hash is of the bytes imported
+    g = source.graph
     check_input(g, src)
     instruments: list[Instrument] = []
     if dump_dir is not None:
@@ -281,13 +272,12 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
 
     pm.stage("choose-memory-config", g, choose_memory)
     pm.close(g)
-    data = src.read_bytes()
-    metadata = model_metadata(data, src, ctx.notes)
+    metadata = model_metadata(source.metadata, ctx.notes)
     device_macs = sum(macs(n) for n in g.nodes if n.placement is Placement.DEVICE)
     host_macs = sum(macs(n) for n in g.nodes if n.placement is not Placement.DEVICE)
     manifest = {
         "target": target,
-        "source": {"file": src.name, "sha256": hashlib.sha256(data).hexdigest()},
+        "source": {"file": src.name, "sha256": source.sha256},
         "inputs": [vars(t) for t in program.inputs],
         "outputs": [vars(t) for t in program.outputs],
         "options": {"input_shape": input_shape, "batch": batch, "nms_single_pass": nms_single_pass,

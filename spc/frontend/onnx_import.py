@@ -8,7 +8,9 @@ reference. Anything we cannot represent is reported in ONE error listing every o
 
 from __future__ import annotations
 
+import hashlib
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,26 @@ def load_onnx(path: Path):
 def import_onnx(path: Path, name: str = "superpoint", input_shape: list[int] | None = None) -> Graph:
     """A model from a file: untrusted, so onnx's shape inference runs in a child process."""
     return import_model(load_onnx(path), path, name, input_shape, isolate=True)
+
+
+@dataclass
+class Source:
+    """A model as the compiler takes it from its file: the IR, and what the plan's manifest says
+    of the file (the sha256 of the bytes imported, their metadata_props as data)."""
+
+    graph: Graph
+    sha256: str
+    metadata: list[tuple[str, str]] = field(default_factory=list)
+
+
+def read_source(path: Path, name: str = "superpoint", input_shape: list[int] | None = None) -> Source:
+    """:func:`import_onnx`, with the file's hash and metadata_props from the same bytes."""
+    data = validate.read_file(path)
+    model = validate.parse_model(data, path)
+    # not UTF-8: the importer refuses the model (validate.check_strings)
+    props = [(e.key, e.value) for e in model.metadata_props if isinstance(e.key, str) and isinstance(e.value, str)]
+    g = import_model(model, path, name, input_shape, isolate=True)
+    return Source(g, hashlib.sha256(data).hexdigest(), props)
 
 
 def fix_input_shape(model, shape: list[int], path: Path) -> None:

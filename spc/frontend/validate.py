@@ -137,9 +137,11 @@ def _first_line(exc: BaseException | str) -> str:
 def read_model(path: Path) -> Any:
     """Parse ``path`` into a ModelProto with its external data read in; every failure is one
     SpcError naming the file."""
-    import onnx
-    from google.protobuf.message import DecodeError
+    return parse_model(read_file(path), path)
 
+
+def read_file(path: Path) -> bytes:
+    """The bytes of the model file ``path``: a regular file, not empty, of a size one protobuf can hold."""
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -156,9 +158,16 @@ def read_model(path: Path) -> Any:
         raise SpcError(f"{path}: {_size(st.st_size)}, more than one ONNX protobuf can hold (2 GiB); "
                        "re-save the model with its weights as external data")
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise SpcError(f"{path}: cannot read it ({exc.strerror})") from None
+
+
+def parse_model(data: bytes, path: Path) -> Any:
+    """``data``, the bytes of ``path``, as a ModelProto with its external data read in."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
