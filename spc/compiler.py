@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,7 +39,15 @@ from spc.plan.schema import MAX_METADATA_ENTRIES, MAX_METADATA_KEY, MAX_METADATA
 from spc.ttnn.memory import MemoryOverrides
 from spc.ttnn.precision import PrecisionPlan
 from spc.ttnn.targets import DEFAULT_TARGET, Target, get_target
-from spc.tuning.thresholds import Thresholds
+
+if TYPE_CHECKING:
+    from spc.tuning.thresholds import Thresholds
+
+
+def _thresholds() -> Thresholds:
+    from spc.tuning.thresholds import Thresholds  # only --precision auto reads them
+
+    return Thresholds()
 
 
 @dataclass
@@ -47,12 +55,14 @@ class AutoPrecision:
     """``--precision auto``: where the calibration inputs are and what must hold."""
 
     calib: Path | None = None
-    thresholds: Thresholds = field(default_factory=Thresholds)
+    thresholds: Thresholds = field(default_factory=_thresholds)
     log: Callable[[str], None] = print
 
 
 @dataclass
 class CompileResult:
+    """What a compile made: the final graph, the pass records, notes, and the plan written."""
+
     graph: Graph
     records: list[PassRecord]
     notes: list[str] = field(default_factory=list)

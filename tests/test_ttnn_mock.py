@@ -112,7 +112,7 @@ def test_a_call_ttnn_rejects_fails_in_one_line(ttnn_python: str, small_plan: Pat
         and "holds 64 values for 7 channels" in done.stderr, done.stderr
     # a configuration the plan's schema allows and ttnn's own checks refuse (rows not a tile multiple)
     odd = forge_program(small_plan, tmp_path / "odd.ttplan",
-                        lambda text: text.replace('"act_block_h_override": 0', '"act_block_h_override": 7', 1))
+                        lambda text: text.replace('"act_block_h_override":0', '"act_block_h_override":7', 1))
     done = run(ttnn_python, "run", odd, images["camera"], "-o", out, "--backend", "ttnn-mock")
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1, done.stderr

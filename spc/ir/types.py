@@ -87,6 +87,8 @@ def onnx_type_name(code: int) -> str:
 
 @dataclass(frozen=True)
 class TensorType:
+    """An element type and a shape; a dimension is a size or a symbol (a name)."""
+
     dtype: DType
     shape: tuple[Dim, ...]
 

@@ -12,6 +12,8 @@ Composed = Callable[[list[str], list[str], dict[str, Any]], list[dict[str, Any]]
 
 @dataclass(frozen=True)
 class Kernel:
+    """A fused device kernel: its reference, the stock calls it replaces, its documentation."""
+
     name: str
     arity: int
     reference: Callable[..., Any]  # torch tensors (and the call's parameters) in, tensor(s) out: the emu backend

@@ -35,6 +35,8 @@ _TILED_RESULT = {"ttnn.conv2d": True, "ttnn.max_pool2d": False, "ttnn.avg_pool2d
 
 @dataclass
 class Emitter:
+    """The ttnn calls of a program as they are emitted, and what is known of each tensor."""
+
     ops: list[TtOp] = field(default_factory=list)
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     layouts: dict[str, Layout] = field(default_factory=dict)

@@ -25,6 +25,8 @@ Check = Callable[[Node], "str | None"]
 
 @dataclass(frozen=True)
 class Lowering:
+    """How one IR op becomes ttnn calls, and the check that says when it cannot."""
+
     fn: LowerFn
     check: Check | None = None
     # takes integer tensors (computes them in float32, exact below 2^24): index arithmetic

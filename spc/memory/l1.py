@@ -133,6 +133,8 @@ class L1Use:
 
 @dataclass(frozen=True)
 class ConvSpec:
+    """A ttnn.conv2d as the L1 model sizes it: window, channels and formats."""
+
     window: Window
     cout: int
     groups: int
@@ -257,6 +259,8 @@ def _conv_dram(spec: ConvSpec, mem: BlockMemory, grid_cores: int) -> L1Use:
 
 @dataclass(frozen=True)
 class PoolSpec:
+    """A ttnn.max_pool2d as the L1 model sizes it: window and where its input and output live."""
+
     window: Window
     input_tiled: bool
     input_in_l1: bool  # already height-sharded in L1 (then ttnn keeps its cores)

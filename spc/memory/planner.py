@@ -65,6 +65,8 @@ def candidates(w: Window, conv: bool) -> list[BlockMemory]:
 
 @dataclass
 class Choice:
+    """A block's memory configuration as tried: its tightest call and its predicted time."""
+
     mem: BlockMemory
     placed: Placed  # the block's tightest conv or pool call
     seconds: float

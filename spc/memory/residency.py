@@ -26,6 +26,8 @@ BINARY_CB = 16384
 
 @dataclass(frozen=True)
 class Placed:
+    """One call placed on a core's L1: its use, what was live, the room to spare."""
+
     use: L1Use
     live_before: int  # bytes of other tensors on the core while the op runs
     headroom: int  # bytes to spare at the tightest moment; negative: ttnn refuses the op

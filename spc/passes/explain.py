@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Attempt:
+    """One candidate of a rule or fusion: the steps it took and how it ended."""
+
     fusion: str  # the rule or fusion pass
     candidate: str  # what it tried: a node, a value
     steps: list[str] = field(default_factory=list)

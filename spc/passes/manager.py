@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class PassResult:
+    """What a pass reports: whether it changed the graph, and its figures."""
+
     modified: bool
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -97,6 +99,8 @@ class Instrument:
 
 @dataclass
 class PassRecord:
+    """One pass as it ran: time, change, figures and the op counts around it."""
+
     index: int
     name: str
     seconds: float

@@ -24,6 +24,8 @@ from spc.passes.explain import Explainer
 
 @dataclass(frozen=True)
 class P:
+    """A pattern: an op (or any), its operand patterns, a capture name and conditions."""
+
     op: str | tuple[str, ...] | None = None
     inputs: tuple[P | None, ...] | None = None
     name: str | None = None
@@ -112,6 +114,8 @@ def match(pat: P | None, v: Value | None, g: Graph, m: Match | None = None, trac
 
 @dataclass(frozen=True)
 class Rule:
+    """A rewrite as data: a pattern, the rewrite, and the check that may refuse a match."""
+
     name: str
     pattern: P
     rewrite: Callable[[Graph, Match], Value | None]

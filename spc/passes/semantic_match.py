@@ -37,6 +37,8 @@ from spc.ir.ops.infer import axes_from, norm_axis
 
 @dataclass
 class Region:
+    """A candidate subgraph grown from an entry value, in topological order."""
+
     entry: Value
     nodes: list[Node]  # topological order; includes constant-only helper nodes
 

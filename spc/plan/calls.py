@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 
-from spc.ttnn.calls import BINARY, UNARY
+from spc.ttnn.elementwise import BINARY, UNARY
 
 # bounds: wider than any SuperPoint plan needs, narrow enough that nothing they allow allocates
 # without limit (a dimension, a count of slices, a window)

@@ -56,6 +56,8 @@ _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 @dataclass
 class Plan:
+    """A .ttplan as read and checked: manifest, program, weights, IR text."""
+
     manifest: dict[str, Any]
     program: Program
     weights: dict[str, np.ndarray]

@@ -30,6 +30,8 @@ from spc.ttnn.memory import MemoryConfig, SliceConfig
 
 @dataclass
 class TensorSpec:
+    """A program input or output as the host sees it: name, IR element type, shape."""
+
     name: str
     dtype: str  # IR dtype name ("f32", "i64", ...)
     shape: list[int | str]
@@ -37,6 +39,8 @@ class TensorSpec:
 
 @dataclass
 class HostNode:
+    """An IR op the host runs, by name, with its operands and attributes."""
+
     op: str  # "onnx.GridSample"
     name: str
     inputs: list[str | None]
@@ -130,6 +134,8 @@ class DeviceConstant:
 
 @dataclass
 class Program:
+    """The contract between compiler and runtime: host stages, the device calls, their tensors."""
+
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     host_pre: list[HostNode]

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from spc.errors import SpcError
 from spc.ttnn.configs import Activation, ComputeConfig, Conv2dConfig, PageLayout
+from spc.ttnn.elementwise import BINARY, UNARY, UNARY_KEYWORDS
 from spc.ttnn.formats import DataFormat, MathFidelity
 from spc.ttnn.memory import MemoryConfig, SliceConfig, SliceType, TensorLayout
 
@@ -38,22 +39,30 @@ class CallSpec(Protocol):
 
 @dataclass(frozen=True)
 class Ref:
+    """A device tensor of the program, by name."""
+
     name: str
 
 
 @dataclass(frozen=True)
 class Attr:
+    """A ttnn attribute by its dotted path (dtypes, layouts, memory configs, enums)."""
+
     path: str
 
 
 @dataclass(frozen=True)
 class Weight:
+    """A conv weight (or bias) of the plan, prepared by ttnn on first use."""
+
     key: str
     bias: bool = False
 
 
 @dataclass(frozen=True)
 class _Marker:
+    """A value the runtime supplies: the open device, its architecture."""
+
     name: str
 
 
@@ -63,19 +72,13 @@ ARCH = _Marker("arch")
 
 @dataclass(frozen=True)
 class Call:
+    """A ttnn call: the function's dotted name, positional and keyword arguments."""
+
     fn: str
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-# calls spelled fn(input[, other or scalar])
-BINARY = {"eq", "ne", "gt", "ge", "lt", "le", "logical_and", "logical_or", "logical_xor", "multiply", "add",
-          "subtract", "divide", "rsub", "maximum", "minimum"}
-UNARY = {"gtz", "logical_not", "rsqrt", "floor", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "reciprocal",
-         "neg", "abs", "ceil", "round", "sign", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
-         "acosh", "atanh", "erf", "softsign", "softplus", "hardswish", "mish", "isnan", "isinf"}
-# calls spelled fn(input, *, keyword=...)
-UNARY_KEYWORDS = {"elu": ("alpha",), "celu": ("alpha",), "selu": ("scale", "alpha")}
 
 
 def spell(value: Any) -> Any:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class _Format:
+    """What a data format is on the device: tile size, block-float bits, where it may be used."""
+
     tile_bytes: int
     block_float_bits: int  # magnitude bits of a block-float value; 0: not block-float
     weights: bool  # a conv's weights may be stored so

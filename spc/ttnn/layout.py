@@ -30,6 +30,8 @@ class Form(enum.StrEnum):
 
 @dataclass(frozen=True)
 class DeviceLayout:
+    """ttnn's conv layout [1, 1, N*H*W, C] of an N x C x H x W value."""
+
     n: int
     h: int
     w: int

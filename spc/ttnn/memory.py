@@ -89,6 +89,8 @@ class SliceType(enum.Enum):
 
 @dataclass(frozen=True)
 class SliceConfig:
+    """How a conv or pool runs: all at once in L1, or in DRAM slices by rows or columns."""
+
     type: SliceType = SliceType.L1_FULL
     num_slices: int = 1
 

@@ -20,6 +20,8 @@ L1_SMALL_BYTES = 32768
 
 @dataclass(frozen=True)
 class Target:
+    """A chip (or a mesh of them) as the compiler models it: cores, clock, L1, DRAM."""
+
     name: str
     grid: tuple[int, int]  # compute cores (columns, rows) available to programs
     clock_hz: float

@@ -167,7 +167,7 @@ def _rename(tree: Any, old: str, new: str) -> Any:
 def semantic_edit(rng: random.Random, program: dict, words: list[str]) -> tuple[dict, str]:
     """An edit that keeps the program's JSON well-formed and often valid: what gets past the
     schema to the verifier and the runtime."""
-    from spc.ttnn.calls import BINARY, UNARY
+    from spc.ttnn.elementwise import BINARY, UNARY
 
     unary, binary = sorted(f"ttnn.{n}" for n in UNARY), sorted(f"ttnn.{n}" for n in BINARY)
     calls = _calls(program)

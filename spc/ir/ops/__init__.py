@@ -27,6 +27,8 @@ Infer = Callable[[list["Value | None"], dict[str, Any]], "list[TensorType] | Non
 
 @dataclass(frozen=True)
 class OpDef:
+    """An op: its numpy meaning, its type inference, and what the verifier and passes need to know."""
+
     name: str  # "onnx.Conv", "spc.Nms"
     evaluate: Evaluate
     infer: Infer | None = None
