@@ -120,6 +120,16 @@ def _homes(ops: list[TtOp], program: Program) -> Homes:
     return homes
 
 
+def _reading(op: TtOp, renamed: dict[str, str]) -> TtOp:
+    """``op`` reading the renamed tensors; a fused kernel's composed calls too (plan/verify.py holds
+    them to what the kernel composes from its inputs)."""
+    op = replace(op, inputs=[renamed.get(i, i) for i in op.inputs])
+    if op.op == "spc.kernel":
+        steps = [dict(step, inputs=[renamed.get(i, i) for i in step["inputs"]]) for step in op.args["composed"]]
+        op = replace(op, args=dict(op.args, composed=steps))
+    return op
+
+
 def _configured(op: TtOp, mem: BlockMemory) -> TtOp:
     args = dict(op.args, slice_config=mem.slicing)
     if op.op == "ttnn.conv2d":
@@ -139,7 +149,7 @@ def _rewrite(ops: list[TtOp], start: int, stop: int, block: str, mem: BlockMemor
     names: set[str] | None = None
     for op in ops[start:stop]:
         if renamed and any(i in renamed for i in op.inputs):
-            op = replace(op, inputs=[renamed.get(i, i) for i in op.inputs])
+            op = _reading(op, renamed)
         if op.block != block or op.op not in CONFIGURABLE:
             out.append(op)
             continue

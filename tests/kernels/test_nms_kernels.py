@@ -95,3 +95,26 @@ def test_keypoint_corners_reference_is_its_composed_calls() -> None:
         env[op.output] = EMULATIONS[op.op]([env[i] for i in op.inputs], {}, op.args)
     for got, name in zip(KERNELS["keypoint_corners"].reference(p, **q), outs):
         assert torch.equal(got, env[name]), name
+
+
+def test_kernels_read_the_tensors_a_dram_sliced_nms_renames(small_onnx: Path, images: dict[str, Path],
+                                                             tmp_path: Path) -> None:
+    """A DRAM-sliced NMS pool's result is reshaped under a new name (memory/planner.py); the kernel
+    that reads it reads the new name in its composed calls too, so the plan verifies (1080x1920
+    plans with --kernels on were refused so), and gives the plan without kernels' outputs."""
+    from spc.runtime.inputs import load_input
+    from spc.ttnn.memory import MemoryOverrides
+
+    sliced = MemoryOverrides.from_cli(["nms=dram:width=2"])
+    for kernels in (False, True):
+        compile_onnx(small_onnx, tmp_path / f"{kernels}.ttplan", kernels=kernels, memory=sliced)
+    off, on = read_plan(tmp_path / "False.ttplan"), read_plan(tmp_path / "True.ttplan")
+    flat = {op.output for op in on.program.device_ops if op.output.endswith("/flat")}
+    reads = [i for op in on.program.device_ops if op.op == "spc.kernel" for step in op.args["composed"]
+             for i in step["inputs"]]
+    assert flat and flat & set(reads)
+    x = load_input(images["camera"], [1, 3, 120, 160])
+    with Runner(off) as a, Runner(on) as b:
+        want, got = a.run(x, dense=True), b.run(x, dense=True)
+    for name in want.outputs:
+        np.testing.assert_array_equal(got.outputs[name], want.outputs[name])
