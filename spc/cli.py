@@ -226,6 +226,12 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
         return
     if source is None:
         raise SpcError("compile needs the ONNX file to compile (spc compile SOURCE -o PLAN)")
+    if precision != "auto":  # the search runs the emulator: its tensors are not left to a lazy collector
+        import gc
+
+        # a compile makes and drops many small objects (the IR, the probes' graphs, protobuf views):
+        # the cyclic collector's passes over them are ~5 % of the command; a larger threshold, as mypy
+        gc.set_threshold(100_000, 50, 50)
     if output is None and stop_after is None and explain is None:
         output = source.with_suffix(".ttplan")
     inputs = _files_of([source, *(p for p in (precision_config, calib) if p is not None)])
