@@ -151,7 +151,7 @@ def main() -> int:
                        "--precision", "auto"])
         table.add("`spc compile --precision auto`", auto_s, "budget", 60.0, "<= 1x")
         t0 = time.perf_counter()
-        suite = subprocess.run([sys.executable, "-m", "pytest", "-q"], cwd=Path(__file__).parents[1],
+        suite = subprocess.run([sys.executable, "-m", "pytest"], cwd=Path(__file__).parents[1],
                                capture_output=True, text=True)
         suite_s = time.perf_counter() - t0
         last = (suite.stdout.strip().splitlines() or ["?"])[-1]
