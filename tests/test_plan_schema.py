@@ -66,7 +66,7 @@ def test_a_missing_argument_is_named(parts: tuple[dict, dict]) -> None:
     assert f"device_ops[{i}].args: Object missing required field `groups`" in refusal(program)
 
 
-@pytest.mark.parametrize("name", ["a\x00b", "a\nb", "x\u2028", "\x85", ""])
+@pytest.mark.parametrize("name", ["a\x00b", "a\nb", "ab\n", "x\u2028", "\x85", ""])
 def test_names_are_printable_and_not_empty(parts: tuple[dict, dict], name: str) -> None:
     program = copy.deepcopy(parts[0])
     program["device_ops"][0]["output"] = name
@@ -116,6 +116,7 @@ def test_the_manifest_keeps_unknown_fields_as_data_and_types_the_rest(parts: tup
     validate_manifest(manifest, "p")
     for field, value, says in [("target", "p9000", "target: Invalid enum value 'p9000'"),
                                ("digest", "ABC", "digest: Expected a sha256 (64 lowercase hex digits)"),
+                               ("digest", "a" * 64 + "\n", "digest: Expected a sha256 (64 lowercase hex digits)"),
                                ("format_version", True, "format_version: Expected `int`, got `bool`")]:
         with pytest.raises(SpcError, match=r"manifest\.json is not a valid manifest") as info:
             validate_manifest(dict(manifest, **{field: value}), "p")

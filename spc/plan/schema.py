@@ -33,8 +33,9 @@ MAX_ATTR_DEPTH = 4
 
 
 # names: printable (no C0/C1 controls, no line or paragraph separators), as a pattern msgspec checks
-_NAME_PATTERN = "^[^\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]*$"
-_SHA_PATTERN = "^[0-9a-f]{64}$"
+# with Python's re.search: \Z, as $ would let a final newline through
+_NAME_PATTERN = "^[^\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]*\\Z"
+_SHA_PATTERN = "^[0-9a-f]{64}\\Z"
 # how an error names a pattern (msgspec prints the regex itself)
 _PATTERNS = {_NAME_PATTERN: "a name without control characters", _SHA_PATTERN: "a sha256 (64 lowercase hex digits)"}
 
