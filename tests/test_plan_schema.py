@@ -66,7 +66,7 @@ def test_a_missing_argument_is_named(parts: tuple[dict, dict]) -> None:
     assert f"device_ops[{i}].args: Object missing required field `groups`" in refusal(program)
 
 
-@pytest.mark.parametrize("name", ["a\x00b", "a\nb", "ab\n", "x\u2028", "\x85", ""])
+@pytest.mark.parametrize("name", ["a\x00b", "a\nb", "ab\n", "x\u2028", "\x85", "x\ud800", ""])
 def test_names_are_printable_and_not_empty(parts: tuple[dict, dict], name: str) -> None:
     program = copy.deepcopy(parts[0])
     program["device_ops"][0]["output"] = name
@@ -74,6 +74,22 @@ def test_names_are_printable_and_not_empty(parts: tuple[dict, dict], name: str) 
     assert "device_ops[0].output" in text, text
     if name:
         assert "Expected a name without control characters" in text and "\\x" not in text, text
+
+
+def test_a_name_may_hold_any_printable_character(parts: tuple[dict, dict]) -> None:
+    program = copy.deepcopy(parts[0])
+    program["device_ops"][0]["output"] = "été \U0001F600 卷积"
+    validate_program(program, "p")
+
+
+def test_a_refusal_names_a_bad_key_and_shows_control_characters_escaped(parts: tuple[dict, dict]) -> None:
+    with pytest.raises(SpcError) as info:
+        validate_manifest(dict(parts[1], members={**parts[1]["members"], "evil": "0" * 64}), "p")
+    assert "members (a key): Invalid enum value 'evil'" in str(info.value)
+    program = copy.deepcopy(parts[0])
+    program["device_ops"][0]["\x1b[31mred"] = 1
+    text = refusal(program)
+    assert "\x1b" not in text and "unknown field `\\x1b[31mred`" in text, text
 
 
 def test_a_symbolic_size_is_an_identifier(parts: tuple[dict, dict]) -> None:

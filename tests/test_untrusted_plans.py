@@ -254,3 +254,23 @@ def test_a_member_larger_than_it_declares_is_refused(small_plan: Path, tmp_path:
     with pytest.raises(SpcError) as info_:
         read_plan(plan)
     assert "recompile it" in str(info_.value) and "\n" not in str(info_.value)
+
+
+def test_a_lone_surrogate_is_not_text(small_plan: Path, tmp_path: Path) -> None:
+    """JSON's \\ud800 escape decodes to a lone surrogate, which cannot be printed or encoded: refused
+    where the plan is read, in a name or in any other string, not as an internal error later."""
+    def rename(d: dict) -> dict:
+        d["outputs"][0]["name"] += "\ud800"
+        return d
+
+    refused(edited(small_plan, tmp_path / "s.ttplan", program=rename), "program.json holds a lone UTF-16 surrogate")
+    refused(edited(small_plan, tmp_path / "n.ttplan", manifest=lambda m: dict(m, notes=["x\udfff"])),
+            "manifest.json holds a lone UTF-16 surrogate")
+
+
+def test_a_manifest_without_a_members_hash_is_refused(small_plan: Path, tmp_path: Path) -> None:
+    def drop(m: dict) -> dict:
+        del m["members"]["ir.txt"]
+        return m
+
+    refused(edited(small_plan, tmp_path / "m.ttplan", manifest=drop), "members: no hash for ir.txt")

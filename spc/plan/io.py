@@ -156,13 +156,23 @@ def _members(path: Path) -> dict[str, bytes]:
 
 def _json(data: bytes, path: Path, name: str) -> Any:
     try:
-        return json.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        value = json.loads(text)
     except UnicodeDecodeError:
         raise SpcError(f"{path}: {name} is not UTF-8 text; recompile the plan") from None
     except RecursionError:
         raise SpcError(f"{path}: {name} is nested too deeply to be a plan's; recompile the plan") from None
     except ValueError:
         raise SpcError(f"{path}: {name} is not valid JSON; recompile the plan") from None
+    # a \ud800-\udfff escape: a pair is one character, a lone one decodes to a surrogate, which is not
+    # text (printing or encoding it fails later, far from here)
+    if "\\ud" in text or "\\uD" in text:
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise SpcError(f"{path}: {name} holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is not text; "
+                           "recompile the plan") from None
+    return value
 
 
 def _weights(data: bytes, path: Path) -> dict[str, np.ndarray]:

@@ -32,9 +32,10 @@ MAX_ELEMENTS = 1 << 28  # per tensor (1 GiB of float32); 1080x1920 SuperPoint ne
 MAX_ATTR_DEPTH = 4
 
 
-# names: printable (no C0/C1 controls, no line or paragraph separators), as a pattern msgspec checks
-# with Python's re.search: \Z, as $ would let a final newline through
-_NAME_PATTERN = "^[^\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]*\\Z"
+# names: printable (no C0/C1 controls, no line or paragraph separators, no lone UTF-16 surrogates:
+# JSON's \\ud800 escapes decode to them, and they cannot be printed or encoded), as a pattern msgspec
+# checks with Python's re.search: \Z, as $ would let a final newline through
+_NAME_PATTERN = "^[^\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029\\ud800-\\udfff]*\\Z"
 _SHA_PATTERN = "^[0-9a-f]{64}\\Z"
 # how an error names a pattern (msgspec prints the regex itself)
 _PATTERNS = {_NAME_PATTERN: "a name without control characters", _SHA_PATTERN: "a sha256 (64 lowercase hex digits)"}
@@ -66,10 +67,11 @@ def _bounded(what: str, shape: list[int]) -> None:
 def _located(text: str) -> tuple[str, str]:
     """(where, message) of a msgspec error text: ``msg - at `$.a[0].b``` -> (".a[0].b", msg), a
     nested error's relative place appended."""
-    msg, sep, where = text.rpartition(" - at `$")
+    key = " - at `key` in `$" in text  # a mapping's key: msgspec says "... - at `key` in `$.members`"
+    msg, sep, where = text.rpartition(" - at `key` in `$" if key else " - at `$")
     if not sep:
         msg, where = text, ""
-    where = where.removesuffix("`")
+    where = where.removesuffix("`") + (" (a key)" if key else "")
     if msg.startswith(_REL):
         rel, _, msg = msg[len(_REL):].partition(": ")
         where += rel
@@ -285,11 +287,22 @@ class ManifestJSON(Struct, frozen=True):
                                    Annotated[str, Meta(max_length=MAX_METADATA_VALUE)]],
                               Meta(max_length=MAX_METADATA_ENTRIES)] = {}
 
+    def __post_init__(self) -> None:
+        missing = sorted({"program.json", "weights.safetensors", "ir.txt"} - set(self.members))
+        if missing:
+            raise ValueError(f"members: no hash for {', '.join(missing)}")
+
 
 def first_error(exc: msgspec.ValidationError) -> str:
     """A validation error with where it is: ``device_ops[12].args.k: Expected `int` >= 1``."""
     where, msg = _located(str(exc))
-    return f"{where.lstrip('.') or 'the top level'}: {msg}"
+    return _shown(f"{where.lstrip('.') or 'the top level'}: {msg}")
+
+
+def _shown(text: str) -> str:
+    """An error as one printable line: the plan's own names and keys in it (an unknown field, a
+    refused value) cannot put a control sequence on the user's terminal."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode() for c in text)
 
 
 def validate_program(d: Any, where: str) -> None:
