@@ -34,8 +34,9 @@ def load_onnx(path: Path):
 
 
 def import_onnx(path: Path, name: str = "superpoint", input_shape: list[int] | None = None) -> Graph:
-    """A model from a file: untrusted, so onnx's shape inference runs in a child process."""
-    return import_model(load_onnx(path), path, name, input_shape, isolate=True)
+    """A model from a file: untrusted, so onnx's shape inference runs in a child process (the graph
+    of :func:`read_source`, the compiler's one way in)."""
+    return read_source(path, name, input_shape).graph
 
 
 @dataclass
