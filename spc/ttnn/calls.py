@@ -79,8 +79,6 @@ class Call:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-
-
 def spell(value: Any) -> Any:
     """A typed argument as the ttnn attribute it stands for; anything else as it is."""
     if isinstance(value, (DataFormat, MathFidelity, PageLayout, TensorLayout, MemoryConfig)):
