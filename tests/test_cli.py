@@ -137,10 +137,14 @@ def test_single_pass_nms_is_opt_in(small_onnx: Path, tmp_path: Path) -> None:
 
 
 def test_compile_does_not_import_torch(small_onnx: Path, tmp_path: Path) -> None:
+    """Nor onnx's Python package: the importer reads models with its messages and C++ extension
+    (frontend/onnx_proto.py), ~50 ms of the command."""
     code = ("import sys; from spc.cli import main\n"
             f"try: main(['compile', {str(small_onnx)!r}, '-o', {str(tmp_path / 'x.ttplan')!r}])\n"
             "except SystemExit: pass\n"
+            f"assert __import__('os').path.exists({str(tmp_path / 'x.ttplan')!r})\n"
             "assert 'torch' not in sys.modules and 'onnxruntime' not in sys.modules, 'heavy import'\n"
+            "assert 'onnx' not in sys.modules and 'onnx.onnx_cpp2py_export' in sys.modules, 'onnx package'\n"
             "assert 'ray' not in sys.modules and 'pandas' not in sys.modules, 'Ray without --ray'\n")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from spc.errors import SpcError
-from spc.frontend import validate
+from spc.frontend import onnx_proto, validate
 from spc.frontend.validate import MAX_ELEMENTS, MAX_RANK, node_label, show
 from spc.ir import ops
 from spc.ir.graph import Graph, Value
@@ -150,13 +150,11 @@ def _model_dtype(code: int) -> DType:
 
 def _attr_value(attr) -> Any:
     """An attribute as Python/numpy; validate.check_model has checked its type and tensors."""
-    from onnx import helper, numpy_helper
-
-    v = helper.get_attribute_value(attr)
+    v = onnx_proto.attribute_value(attr)
     if isinstance(v, bytes):
         return v.decode()
     if hasattr(v, "dims") and hasattr(v, "data_type"):
-        return numpy_helper.to_array(v)
+        return onnx_proto.to_array(v)
     if isinstance(v, list):
         return [x.decode() if isinstance(x, bytes) else x for x in v]
     if isinstance(v, (int, float, str)):
@@ -228,8 +226,6 @@ class _Importer:
         return TensorType(dtype, tuple(dims))
 
     def run(self) -> Graph:
-        from onnx import numpy_helper
-
         g, model = self.g, self.model.graph
         init_names = set()
         for init in model.initializer:
@@ -239,7 +235,7 @@ class _Importer:
             except TypeError as exc:
                 raise SpcError(f"{self.path}: initializer {show(init.name)}: {exc}") from None
             self.env[init.name] = g.add_const(init.name, type=t, weight_ref=init.name,
-                                              loader=lambda i=init: numpy_helper.to_array(i))
+                                              loader=lambda i=init: onnx_proto.to_array(i))
         for inp in model.input:
             if inp.name in init_names:
                 continue

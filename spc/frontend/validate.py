@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from spc.errors import SpcError
+from spc.frontend import onnx_proto
 from spc.ir.types import onnx_type_name
 
 # -- caps -------------------------------------------------------------------------------------
@@ -165,10 +166,9 @@ def read_file(path: Path) -> bytes:
 
 def parse_model(data: bytes, path: Path) -> Any:
     """``data``, the bytes of ``path``, as a ModelProto with its external data read in."""
-    import onnx
     from google.protobuf.message import DecodeError
 
-    model = onnx.ModelProto()
+    model = onnx_proto.messages().ModelProto()
     try:
         model.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as exc:  # upb raises DecodeError; be generous
@@ -233,7 +233,7 @@ def _load_external_data(model: Any, path: Path) -> None:
     """Read every tensor's external data, refusing (and saying why) a location outside the
     model's folder, a missing file, or a range beyond the file's end. onnx's own loader is not
     used: it follows the location wherever it points."""
-    from onnx import TensorProto
+    TensorProto = onnx_proto.messages().TensorProto
 
     base = path.parent.resolve()
     total = 0
@@ -289,6 +289,33 @@ def _is_repeated(field: Any) -> bool:
     return bool(repeated) if repeated is not None else field.label == field.LABEL_REPEATED
 
 
+@functools.cache
+def _text_fields(descriptor: Any) -> tuple[tuple[tuple[str, bool], ...], tuple[tuple[str, bool], ...]]:
+    """A message type's string fields and message fields, as (name, repeated)."""
+    strings = tuple((f.name, _is_repeated(f)) for f in descriptor.fields if f.type == f.TYPE_STRING)
+    messages = tuple((f.name, _is_repeated(f)) for f in descriptor.fields if f.type == f.TYPE_MESSAGE)
+    return strings, messages
+
+
+def _all_text(model: Any) -> bool:
+    """Whether every string field in the model is text: a walk that reads only string and message
+    fields (not a tensor's bytes) and names nothing, for the common case (~1 ms, not ~6)."""
+    stack = [model]
+    while stack:
+        msg = stack.pop()
+        strings, messages = _text_fields(msg.DESCRIPTOR)
+        for name, repeated in strings:
+            value = getattr(msg, name)
+            if not (all(isinstance(v, str) for v in value) if repeated else isinstance(value, str)):
+                return False
+        for name, repeated in messages:
+            if repeated:
+                stack.extend(getattr(msg, name))
+            elif msg.HasField(name):
+                stack.append(getattr(msg, name))
+    return True
+
+
 def check_strings(model: Any, path: Path) -> None:
     """Every string field UTF-8 and every STRING attribute decodable: upb hands back ``bytes`` for
     a string field that is not UTF-8, and spc's code (and messages) expect text."""
@@ -313,7 +340,8 @@ def check_strings(model: Any, path: Path) -> None:
                         here = f"node #{k}" + (f" ({item.op_type})" if isinstance(item.op_type, str) else "")
                     walk(item, sub, here)
 
-    walk(model, "model", None)
+    if not _all_text(model):
+        walk(model, "model", None)  # again, naming where: it raises
     for i, node in enumerate(model.graph.node):
         for attr in node.attribute:
             for s in ([attr.s] if attr.HasField("s") else []) + list(attr.strings):
@@ -328,12 +356,11 @@ def check_strings(model: Any, path: Path) -> None:
 def check_model(model: Any, path: Path, opset: int) -> None:
     """The checks that need no C++: values defined once and before use, graph inputs and
     declared types, every tensor, every attribute against its op's schema."""
-    import onnx
-
+    ir_version = onnx_proto.messages().IR_VERSION
     # onnx's checker keeps these versions in C ints: a larger one is a TypeError, not a message
-    if not 0 <= model.ir_version <= onnx.IR_VERSION:
+    if not 0 <= model.ir_version <= ir_version:
         raise SpcError(f"{path}: the model's IR version {model.ir_version} is not one this spc's onnx "
-                       f"{onnx.__version__} reads (1..{onnx.IR_VERSION}); re-export it (opset 18)")
+                       f"{onnx_proto.onnx_version()} reads (1..{ir_version}); re-export it (opset 18)")
     for o in model.opset_import:
         if not 0 <= o.version <= _INT32_MAX:
             raise SpcError(f"{path}: the model imports opset {o.version} of domain {show(o.domain or 'ai.onnx')}, "
@@ -443,12 +470,10 @@ def _checked_numel(t: Any, what: str, path: Path) -> int:
 def check_tensor(t: Any, what: str, path: Path) -> int:
     """An initializer or attribute tensor: type, dims, caps, and data that matches them exactly
     (numpy_helper would raise on a mismatch, or read garbage). Returns its size in bytes."""
-    from onnx import TensorProto
-
     numel = _checked_numel(t, what, path)
     nbytes = numel * _ITEMSIZE[t.data_type]
     tname = _NAMES[t.data_type]
-    if t.data_location == TensorProto.EXTERNAL:
+    if t.data_location == onnx_proto.messages().TensorProto.EXTERNAL:
         raise SpcError(f"{path}: {what}: its data is external and was not read; import the model from its "
                        "file (spc compile FILE), with the data file beside it")
     held = [f for f in _DATA_FIELDS if len(getattr(t, f))]
@@ -482,19 +507,16 @@ def check_tensor(t: Any, what: str, path: Path) -> int:
 def op_schema(op_type: str, opset: int) -> Any | None:
     """onnx's schema of a default-domain op at ``opset``, None if it has none. Cached: each
     get_schema call copies the schema (0.5 ms; SuperPoint has 150 nodes, asked about twice)."""
-    import onnx
-
+    defs = onnx_proto.cpp().defs
     try:
-        return onnx.defs.get_schema(op_type, opset, "")
-    except onnx.defs.SchemaError:
+        return defs.get_schema(op_type, opset, "")
+    except defs.SchemaError:
         return None
 
 
 def _check_node(node: Any, label: str, path: Path, opset: int) -> int:
     """A (supported) node's input/output counts and attributes against its schema; returns the
     bytes its attribute tensors hold."""
-    import onnx
-
     schema = op_schema(node.op_type, opset)
     if schema is None:  # _check_supported has refused such a node already
         return 0
@@ -507,7 +529,7 @@ def _check_node(node: Any, label: str, path: Path, opset: int) -> int:
     if not schema.min_output <= len(node.output) <= schema.max_output:
         raise SpcError(f"{path}: {label} has {len(node.output)} output(s); ONNX's {node.op_type}-"
                        f"{schema.since_version} gives {schema.min_output}..{schema.max_output}: re-export the model")
-    single = onnx.defs.OpSchema.FormalParameterOption.Single
+    single = onnx_proto.cpp().defs.OpSchema.FormalParameterOption.Single
     for k, formal in enumerate(schema.inputs[:n_in]):
         if formal.option == single and not node.input[k]:
             raise SpcError(f"{path}: {label}: its required input {k} ({formal.name}) is empty; re-export the model")
@@ -555,24 +577,23 @@ def _check_node(node: Any, label: str, path: Path, opset: int) -> int:
 
 
 def _check_attr_value(node: Any, attr: Any, label: str, path: Path) -> None:
-    import onnx
-
+    pb = onnx_proto.messages()
     key = (node.op_type, attr.name)
     choices = _ATTR_CHOICES.get(attr.name)
-    if choices is not None and attr.type == onnx.AttributeProto.STRING and attr.s.decode() not in choices:
+    if choices is not None and attr.type == pb.AttributeProto.STRING and attr.s.decode() not in choices:
         raise SpcError(f"{path}: {label}: {attr.name}={show(attr.s.decode())} is not an ONNX value for it; use one "
                        f"of {', '.join(choices)} (or explicit pads) and re-export the model")
-    if key in _DTYPE_ATTRS and attr.type == onnx.AttributeProto.INT:
-        if attr.i == 0 or attr.i not in onnx.TensorProto.DataType.values():
+    if key in _DTYPE_ATTRS and attr.type == pb.AttributeProto.INT:
+        if attr.i == 0 or attr.i not in pb.TensorProto.DataType.values():
             raise SpcError(f"{path}: {label}: attribute {attr.name}: unsupported ONNX element type "
                            f"{onnx_type_name(attr.i)}; use a real element type (1 = float32) and re-export")
         return
     rule = _OP_ATTR_RULES.get(key) or _ATTR_RULES.get(attr.name)
     if rule is None:
         return
-    if attr.type == onnx.AttributeProto.INT:
+    if attr.type == pb.AttributeProto.INT:
         values = [attr.i]
-    elif attr.type == onnx.AttributeProto.INTS:
+    elif attr.type == pb.AttributeProto.INTS:
         values = list(attr.ints)
         if len(values) > 2 * MAX_RANK:
             raise SpcError(f"{path}: {label}: attribute {attr.name} lists {len(values)} values; no tensor spc "
@@ -589,16 +610,14 @@ def _check_attr_value(node: Any, attr: Any, label: str, path: Path) -> None:
 def onnx_check_nodes(model: Any, path: Path) -> None:
     """onnx's checker, node by node, on what our checks passed: its graph-level check also wants
     output shapes, which valid models (and spc's own tests) leave out."""
-    import onnx
-    from onnx import checker
-
-    ctx = checker.C.CheckerContext()
-    ctx.ir_version = model.ir_version or onnx.IR_VERSION
+    checker = onnx_proto.cpp().checker
+    ctx = checker.CheckerContext()
+    ctx.ir_version = model.ir_version or onnx_proto.messages().IR_VERSION
     ctx.opset_imports = {o.domain: o.version for o in model.opset_import}
-    lexical = checker.C.LexicalScopeContext()
+    lexical = checker.LexicalScopeContext()
     for i, node in enumerate(model.graph.node):
         try:
-            checker.C.check_node(node.SerializeToString(), ctx, lexical)
+            checker.check_node(node.SerializeToString(), ctx, lexical)
         except Exception as exc:  # ValidationError, and whatever else the C++ side raises
             raise SpcError(f"{path}: node {node_label(node, i)} ({node.op_type}) fails onnx's checker: "
                            f"{_first_line(exc)}; fix the node and re-export the model") from None
@@ -672,8 +691,6 @@ def infer_shapes(model: Any, path: Path, isolate: bool) -> Any:
     process, for a model from a file: what our checks missed cannot take the compiler down. When
     data propagation exhausts the child's time or memory (it materialises 1-D values, ~200 bytes
     per element), inference runs again without it; spc's own inference fills in."""
-    import onnx
-
     try:
         data = _shape_view(model)
     except Exception:  # protobuf refuses to write more than 2 GiB
@@ -693,10 +710,10 @@ def infer_shapes(model: Any, path: Path, isolate: bool) -> Any:
                 raise SpcError(_crash_message(data, path, again)) from None
     if out is None:  # not isolated, or the child could not start or load onnx here: in this process
         try:
-            out = onnx.onnx_cpp2py_export.shape_inference.infer_shapes(data, False, False, data_prop)
+            out = onnx_proto.cpp().shape_inference.infer_shapes(data, False, False, data_prop)
         except Exception as exc:  # a malformed graph fails here first
             raise SpcError(f"{path}: ONNX shape inference failed: {_first_line(exc)}") from None
-    inferred = onnx.load_from_string(out)
+    inferred = type(model).FromString(out)
     del model.graph.value_info[:]
     model.graph.value_info.extend(inferred.graph.value_info)
     del model.graph.output[:]
@@ -706,8 +723,7 @@ def infer_shapes(model: Any, path: Path, isolate: bool) -> Any:
 
 def _infer_in_child(data: bytes, path: Path, data_prop: bool) -> bytes | None:
     """The inferred model's bytes; None when no child can run here; _Crash when it died."""
-    from onnx import onnx_cpp2py_export
-
+    onnx_cpp2py_export = onnx_proto.cpp()
     limit = INFER_MEMORY_BYTES + 4 * len(data)
     if _can_fork():
         code, out, err = _forked(onnx_cpp2py_export, data, data_prop, limit)
@@ -825,9 +841,7 @@ def _crash_message(data: bytes, path: Path, crash: _Crash) -> str:
 def _culprit(data: bytes, path: Path) -> str | None:
     """The node where inference crashes: the shortest prefix of the graph that crashes ends with
     it (inference runs in node order). A dozen child runs for a few hundred nodes."""
-    import onnx
-
-    model = onnx.load_from_string(data)
+    model = onnx_proto.messages().ModelProto.FromString(data)
     nodes = list(model.graph.node)
 
     def crashes(k: int) -> bool:
