@@ -15,20 +15,19 @@ bounded and finite, nothing written over an input), and errors are :class:`spc.e
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import numpy as np
+from msgspec import Struct
 
 from spc.errors import SpcError
 from spc.plan.io import Plan
 from spc.ttnn.targets import DEFAULT_TARGET
 
 
-@dataclass(frozen=True)
-class Features:
+class Features(Struct, frozen=True):
     """One image's result."""
 
     keypoints: np.ndarray  # (N, 2) float32, (x, y) in the original image's pixels

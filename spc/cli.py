@@ -495,9 +495,9 @@ def bench(plan: Path, inputs: tuple[Path, ...], backend: str, frames: int, no_tr
 
     report = bench_plan(_read_plan(plan, target), _inputs(inputs), backend, frames, trace=not no_trace)
     if as_json:
-        import dataclasses
+        from spc.records import asdict
 
-        click.echo(json.dumps(dataclasses.asdict(report), indent=1))
+        click.echo(json.dumps(asdict(report), indent=1))
     else:
         print_bench(report)
 
@@ -684,15 +684,16 @@ def bisect(safe: Path, fast: Path, inputs: tuple[Path, ...], onnx_path: Path | N
     """Find the smallest set of per-block precision differences that makes FAST lose accuracy."""
     from spc import console
     from spc.plan.io import read_plan
+    from spc.records import asdict
     from spc.tuning.bisect import bisect as run_bisect
 
     files = _inputs(inputs)
     result = run_bisect(read_plan(safe), safe, read_plan(fast), files, onnx_path,
                         log=(lambda line: None) if as_json else console.note)
     if as_json:
-        click.echo(json.dumps({"message": result.message, "culprits": [vars(d) for d in result.culprits],
-                               "differences": [vars(d) for d in result.differences],
-                               "safe": vars(result.safe), "fast": vars(result.fast)}, indent=1))
+        click.echo(json.dumps({"message": result.message, "culprits": [asdict(d) for d in result.culprits],
+                               "differences": [asdict(d) for d in result.differences],
+                               "safe": asdict(result.safe), "fast": asdict(result.fast)}, indent=1))
         return
     click.echo(result.message)
     for d in result.culprits:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 from spc.errors import SpcError
 from spc.frontend.onnx_import import read_source
@@ -36,6 +37,7 @@ from spc.plan.io import write_plan
 from spc.plan.listing import call_counts, format_program
 from spc.plan.program import Program
 from spc.plan.schema import MAX_METADATA_ENTRIES, MAX_METADATA_KEY, MAX_METADATA_VALUE
+from spc.records import asdict
 from spc.ttnn.memory import MemoryOverrides
 from spc.ttnn.precision import PrecisionPlan
 from spc.ttnn.targets import DEFAULT_TARGET, Target, get_target
@@ -50,8 +52,7 @@ def _thresholds() -> Thresholds:
     return Thresholds()
 
 
-@dataclass
-class AutoPrecision:
+class AutoPrecision(Struct):
     """``--precision auto``: where the calibration inputs are and what must hold."""
 
     calib: Path | None = None
@@ -59,8 +60,7 @@ class AutoPrecision:
     log: Callable[[str], None] = print
 
 
-@dataclass
-class CompileResult:
+class CompileResult(Struct):
     """What a compile made: the final graph, the pass records, notes, and the plan written."""
 
     graph: Graph
@@ -72,8 +72,7 @@ class CompileResult:
     explained: str | None = None  # --explain: the named rule's or fusion's attempts
 
 
-@dataclass(frozen=True)
-class Lowering:
+class Lowering(Struct, frozen=True):
     """How a compiled graph becomes a planned program: lowered with the compile's read-back and
     kernel options, its memory chosen for the target (with the forced blocks) and checked to fit.
     The plan is made so, and so is each trial of the precision search (tuning/ cannot import this
@@ -288,8 +287,8 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
     manifest = {
         "target": target,
         "source": {"file": src.name, "sha256": source.sha256},
-        "inputs": [vars(t) for t in program.inputs],
-        "outputs": [vars(t) for t in program.outputs],
+        "inputs": [asdict(t) for t in program.inputs],
+        "outputs": [asdict(t) for t in program.outputs],
         "options": {"input_shape": input_shape, "batch": batch, "nms_single_pass": nms_single_pass,
                     "precision": precision.describe(),
                     "memory_config": memory.describe(), "dense": dense, "keypoint_capacity": keypoint_capacity,

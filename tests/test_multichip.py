@@ -9,7 +9,6 @@ ttnn 0.81.1 library the plans run on mock clusters of 2, 4 and 8 Blackhole chips
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import subprocess
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from msgspec.structs import replace
 
 from spc.errors import SpcError
 from spc.plan.io import read_plan
@@ -59,7 +59,7 @@ def test_targets_and_mock_clusters_agree() -> None:
     for name in MULTI:
         t = TARGETS[name]
         # each chip is modelled as the p150: the compiler needs nothing more than the name
-        assert dataclasses.replace(t, name="p150", chips=1, mesh=(1, 1)) == p150
+        assert replace(t, name="p150", chips=1, mesh=(1, 1)) == p150
         descriptor, mesh = CLUSTERS[name]
         assert mesh == t.mesh and mesh[0] * mesh[1] == t.chips
         text = (HERE / descriptor).read_text()

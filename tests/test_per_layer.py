@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from msgspec.structs import replace
 
 from spc.compiler import compile_onnx
 from spc.errors import SpcError
@@ -132,7 +132,7 @@ def test_cli_json_marks_and_errors(small_plan: Path, small_onnx: Path, images: d
 
 def test_a_plan_without_the_record_is_refused(small_plan: Path, images: dict[str, Path]) -> None:
     plan = read_plan(small_plan)
-    old = Plan(plan.manifest, dataclasses.replace(plan.program, values={}), plan.weights, plan.ir_text)
+    old = Plan(plan.manifest, replace(plan.program, values={}), plan.weights, plan.ir_text)
     with pytest.raises(SpcError, match="recompile"):
         per_layer(old, small_plan, load_input(images["camera"], [1, 3, 120, 160]), None)
 

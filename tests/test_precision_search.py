@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from spc.ttnn.precision import PrecisionPlan
 from spc.tuning.precision_search import Score, search_plans

@@ -4,11 +4,11 @@ kept run's tensors makes, bit for bit, what a full run of the same trial program
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from msgspec.structs import replace
 
 from spc.ttnn.formats import DataFormat, MathFidelity
 from spc.ttnn.precision import PrecisionPlan

@@ -21,11 +21,11 @@ from __future__ import annotations
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from msgspec import Struct
 
 from spc.errors import SpcError
 from spc.frontend.onnx_import import MAX_OPSET, MIN_OPSET
@@ -49,8 +49,7 @@ def exceptions() -> dict[str, str]:
     return out
 
 
-@dataclass
-class CaseResult:
+class CaseResult(Struct):
     name: str
     ops: tuple[str, ...]
     status: str  # "pass" | "refused" | "fail" | "out-of-range"

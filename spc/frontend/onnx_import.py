@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from msgspec import Struct, field
 
 from spc.errors import SpcError
 from spc.frontend import onnx_proto, validate
@@ -39,8 +39,7 @@ def import_onnx(path: Path, name: str = "superpoint", input_shape: list[int] | N
     return read_source(path, name, input_shape).graph
 
 
-@dataclass
-class Source:
+class Source(Struct):
     """A model as the compiler takes it from its file: the IR, and what the plan's manifest says
     of the file (the sha256 of the bytes imported, their metadata_props as data)."""
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from msgspec import Struct
 
 from spc.ir import ops
 from spc.ir.graph import Graph, Node
@@ -41,8 +41,7 @@ class NodeFailed(ValueError):
         self.node, self.op, self.error = node, op, error
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(Struct, frozen=True):
     """One node as the interpreter sees it: an op, the keys it reads and writes."""
 
     name: str
@@ -79,8 +78,7 @@ def run(steps: Iterable[Step], env: dict[Hashable, np.ndarray], constants: Mappi
     return env
 
 
-@dataclass(frozen=True)
-class NodeSteps:
+class NodeSteps(Struct, frozen=True):
     """IR nodes as the interpreter runs them (:func:`node_steps`): made once, run many times (a
     recogniser's trials)."""
 

@@ -8,9 +8,9 @@ does not.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 import numpy as np
+from msgspec import Struct
 
 Dim = int | str
 
@@ -85,8 +85,7 @@ def onnx_type_name(code: int) -> str:
     return f"{_ONNX_NAMES.get(code, 'unknown')} ({code})"
 
 
-@dataclass(frozen=True)
-class TensorType:
+class TensorType(Struct, frozen=True):
     """An element type and a shape; a dimension is a size or a symbol (a name)."""
 
     dtype: DType

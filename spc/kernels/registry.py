@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 # (inputs, outputs, parameters) -> the stock ttnn calls the kernel replaces, as TtOp fields
 Composed = Callable[[list[str], list[str], dict[str, Any]], list[dict[str, Any]]]
 
 
-@dataclass(frozen=True)
-class Kernel:
+class Kernel(Struct, frozen=True):
     """A fused device kernel: its reference, the stock calls it replaces, its documentation."""
 
     name: str

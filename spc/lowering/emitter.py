@@ -10,10 +10,10 @@ on the device once, as :class:`~spc.plan.program.DeviceConstant`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from msgspec import Struct, field
 
 from spc.ir.graph import Value
 from spc.memory.calls import result_in_dram
@@ -33,8 +33,7 @@ _TILED_RESULT = {"ttnn.conv2d": True, "ttnn.max_pool2d": False, "ttnn.avg_pool2d
                  "ttnn.min": True, "ttnn.matmul": True, "ttnn.topk": True, "ttnn.global_avg_pool2d": True}
 
 
-@dataclass
-class Emitter:
+class Emitter(Struct):
     """The ttnn calls of a program as they are emitted, and what is known of each tensor."""
 
     ops: list[TtOp] = field(default_factory=list)

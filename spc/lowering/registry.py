@@ -13,7 +13,8 @@ fails, runs on the host — never an error.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from spc.ir.graph import Node
 from spc.ir.types import DType
@@ -23,8 +24,7 @@ LowerFn = Callable[[Emitter, Node, list[str | None]], "str | list[str]"]
 Check = Callable[[Node], "str | None"]
 
 
-@dataclass(frozen=True)
-class Lowering:
+class Lowering(Struct, frozen=True):
     """How one IR op becomes ttnn calls, and the check that says when it cannot."""
 
     fn: LowerFn

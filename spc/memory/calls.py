@@ -8,15 +8,14 @@ here, and the lowering and the planner ask :func:`result_in_dram` where a call l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from spc.memory.l1 import ConvSpec, PoolSpec, Window
 from spc.plan.program import TtOp
 from spc.ttnn.memory import L1_FULL, BlockMemory
 
 
-@dataclass(frozen=True)
-class Resident:
+class Resident(Struct, frozen=True):
     """Where a device tensor lives: bytes on the busiest core (0 in DRAM), its cores, tiled or not."""
 
     bytes: int

@@ -15,7 +15,8 @@ buffers reach its tensors. So an op fits when ``cb + live tensors <= target.l1_b
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from spc.ttnn.formats import DataFormat
 from spc.ttnn.memory import L1_FULL, BlockMemory, BufferType
@@ -41,8 +42,7 @@ def nhw_cores(units: int, cores: int, mult: int = 1) -> int:
     return 1
 
 
-@dataclass(frozen=True)
-class Window:
+class Window(Struct, frozen=True):
     """A sliding-window op on an N x H x W x C input."""
 
     n: int
@@ -102,8 +102,7 @@ class Window:
         return worst
 
 
-@dataclass(frozen=True)
-class L1Use:
+class L1Use(Struct, frozen=True):
     """One op on its busiest core, in the order ttnn allocates: an input staged into L1 for the
     op (freed after the halo), the halo (padded input windows), the output, then the program's
     circular buffers. ``output_in_l1=False``: the output is written on to DRAM."""
@@ -131,8 +130,7 @@ class L1Use:
         return self.cb + self.l1
 
 
-@dataclass(frozen=True)
-class ConvSpec:
+class ConvSpec(Struct, frozen=True):
     """A ttnn.conv2d as the L1 model sizes it: window, channels and formats."""
 
     window: Window
@@ -257,8 +255,7 @@ def _conv_dram(spec: ConvSpec, mem: BlockMemory, grid_cores: int) -> L1Use:
     return worst
 
 
-@dataclass(frozen=True)
-class PoolSpec:
+class PoolSpec(Struct, frozen=True):
     """A ttnn.max_pool2d as the L1 model sizes it: window and where its input and output live."""
 
     window: Window

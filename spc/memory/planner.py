@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from spc.errors import SpcError
 from spc.memory.calls import conv_spec, pool_spec, result_in_dram
@@ -63,8 +65,7 @@ def candidates(w: Window, conv: bool) -> list[BlockMemory]:
     return out
 
 
-@dataclass
-class Choice:
+class Choice(Struct):
     """A block's memory configuration as tried: its tightest call and its predicted time."""
 
     mem: BlockMemory
@@ -77,8 +78,7 @@ class Choice:
         return max(0, MARGIN - self.placed.headroom)
 
 
-@dataclass
-class _Window:
+class _Window(Struct):
     """What every trial of one block shares: the calls from its first conv or pool (``start``) to
     its last (``stop`` - 1), each tensor's home before them, the names the program makes, the
     names the calls after the window read, and the names no call frees (outputs, constants)."""

@@ -9,7 +9,7 @@ check, the predicted time and `spc inspect`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from spc.memory.calls import DRAM_RM, Resident, conv_spec, op_memory, pool_spec, writes_dram
 from spc.memory.cost import call_seconds, output_bytes
@@ -24,8 +24,7 @@ from spc.ttnn.targets import Target
 BINARY_CB = 16384
 
 
-@dataclass(frozen=True)
-class Placed:
+class Placed(Struct, frozen=True):
     """One call placed on a core's L1: its use, what was live, the room to spare."""
 
     use: L1Use
@@ -105,8 +104,7 @@ def op_use(op: TtOp, src: Resident, target: Target) -> tuple[L1Use, Resident]:
     return L1Use(cb, size, 0, cores, 0, in_l1), Resident(size, src.cores if in_l1 else None, tiled)
 
 
-@dataclass(frozen=True)
-class CallRecord:
+class CallRecord(Struct, frozen=True):
     """One call as the device runs it: where its input was, its L1 at its peak, its time."""
 
     op: TtOp

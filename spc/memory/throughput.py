@@ -16,14 +16,15 @@ The device time is the memory model's prediction (memory/cost.py), an estimate.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from msgspec import Struct
+
+from spc.records import asdict
 
 H2D_CALL_S = 10.7e-3  # ttnn.copy_host_to_device_tensor, per call (hand port, p150)
 D2H_CALL_S = 7.5e-3  # ttnn.from_device, per call: 6-9 ms measured (hand port, p150), the middle taken
 
 
-@dataclass(frozen=True)
-class Throughput:
+class Throughput(Struct, frozen=True):
     batch: int  # images per run
     device_s: float  # predicted device time of one run
     uploads: int  # host-to-device calls per run

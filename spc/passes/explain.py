@@ -15,11 +15,10 @@ input that did not match or the check that said no.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 
-@dataclass
-class Attempt:
+class Attempt(Struct):
     """One candidate of a rule or fusion: the steps it took and how it ended."""
 
     fusion: str  # the rule or fusion pass
@@ -38,8 +37,7 @@ class Attempt:
         self.outcome = f"stopped: {why}"
 
 
-@dataclass
-class Explainer:
+class Explainer(Struct):
     """Collects the attempts of the fusions and rules named ``names``."""
 
     names: frozenset[str]

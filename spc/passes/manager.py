@@ -15,9 +15,10 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from msgspec import Struct, field
 
 from spc.errors import SpcError
 from spc.ir.graph import Graph
@@ -32,16 +33,14 @@ if TYPE_CHECKING:
     from spc.plan.program import Program
 
 
-@dataclass
-class PassResult:
+class PassResult(Struct):
     """What a pass reports: whether it changed the graph, and its figures."""
 
     modified: bool
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class StageResult:
+class StageResult(Struct):
     """What a stage on the lowered program leaves: its stats, the op (call) counts before and after,
     its result as text (the dumps' ``NN-<name>.txt``) and, for instruments that show it, the
     program itself with the plan's tensors (the dumps' device-program graph)."""
@@ -54,16 +53,14 @@ class StageResult:
     tensors: Mapping[str, np.ndarray] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class PipelineOptions:
+class PipelineOptions(Struct, frozen=True):
     """What the command line decides for the passes."""
 
     precision: PrecisionPlan = field(default_factory=PrecisionPlan)  # choose-precision
     nms_single_pass: bool = False  # insert-device-nms: one suppression round instead of the source's
 
 
-@dataclass
-class PassContext:
+class PassContext(Struct):
     """The pipeline's options, the notes passes leave for the user, and who listens to the
     recognisers (``--explain``)."""
 
@@ -97,8 +94,7 @@ class Instrument:
     def after_all(self, g: Graph, records: list[PassRecord]) -> None: ...
 
 
-@dataclass
-class PassRecord:
+class PassRecord(Struct):
     """One pass as it ran: time, change, figures and the op counts around it."""
 
     index: int

@@ -15,30 +15,29 @@ other user (so that fusing them away is safe). ``apply_rules`` runs a rule set t
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from spc.ir.graph import Graph, Node, Value
 from spc.passes.explain import Explainer
 
 
-@dataclass(frozen=True)
-class P:
-    """A pattern: an op (or any), its operand patterns, a capture name and conditions."""
+class Pattern(Struct, frozen=True):
+    """A pattern: an op (or any), its operand patterns, a capture name and conditions (made with
+    :func:`P`)."""
 
     op: str | tuple[str, ...] | None = None
-    inputs: tuple[P | None, ...] | None = None
+    inputs: tuple[Pattern | None, ...] | None = None
     name: str | None = None
     const: bool = False
     single_use: bool = False
 
-    def __init__(self, op: str | tuple[str, ...] | None = None, *inputs: P | None, name: str | None = None,
-                 const: bool = False, single_use: bool = False) -> None:
-        object.__setattr__(self, "op", op)
-        object.__setattr__(self, "inputs", tuple(inputs) if inputs else None)
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "const", const)
-        object.__setattr__(self, "single_use", single_use)
+
+def P(op: str | tuple[str, ...] | None = None, *inputs: Pattern | None, name: str | None = None,
+      const: bool = False, single_use: bool = False) -> Pattern:
+    """A pattern with its operand patterns given in order: ``P("onnx.Relu", P("onnx.Conv"))``."""
+    return Pattern(op, tuple(inputs) if inputs else None, name, const, single_use)
 
 
 ANY = P()
@@ -59,11 +58,11 @@ def single_use(g: Graph, v: Value) -> bool:
     return len(v.uses) == 1 and v not in g.outputs
 
 
-def _ops(pat: P) -> tuple[str, ...]:
+def _ops(pat: Pattern) -> tuple[str, ...]:
     return (pat.op,) if isinstance(pat.op, str) else tuple(pat.op or ())
 
 
-def match(pat: P | None, v: Value | None, g: Graph, m: Match | None = None, trace: list[str] | None = None,
+def match(pat: Pattern | None, v: Value | None, g: Graph, m: Match | None = None, trace: list[str] | None = None,
           at: str = "root") -> Match | None:
     """The bindings of ``pat`` matched at ``v``, or None. ``trace`` collects what matched, and
     last, where and why the match stopped (``spc compile --explain``)."""
@@ -112,12 +111,11 @@ def match(pat: P | None, v: Value | None, g: Graph, m: Match | None = None, trac
     return m
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(Struct, frozen=True):
     """A rewrite as data: a pattern, the rewrite, and the check that may refuse a match."""
 
     name: str
-    pattern: P
+    pattern: Pattern
     rewrite: Callable[[Graph, Match], Value | None]
     # returns None when the match may be rewritten, else the reason it may not
     check: Callable[[Graph, Match], str | None] = field(default=lambda g, m: None)

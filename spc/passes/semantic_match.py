@@ -26,17 +26,16 @@ near-misses, and each pass's unit tests include such near-misses as negative cas
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
+from msgspec import Struct, field
 
 from spc.ir.graph import Graph, Node, Value
 from spc.ir.interpreter import MissingValue, NodeFailed, run_nodes
 from spc.ir.ops.infer import axes_from, norm_axis
 
 
-@dataclass
-class Region:
+class Region(Struct):
     """A candidate subgraph grown from an entry value, in topological order."""
 
     entry: Value
@@ -87,8 +86,7 @@ def evaluate(region: Region, entry_data: np.ndarray, constants: dict[int, np.nda
 _SHAPE_INPUTS = {"onnx.Expand": 1, "onnx.Reshape": 1, "onnx.ConstantOfShape": 0, "onnx.Tile": 1}
 
 
-@dataclass
-class SmallProbe:
+class SmallProbe(Struct):
     """The region re-sized for an entry whose last two dims are ``hw`` instead of the model's:
     its shape constants and its uniform spatial constants (a folded zeros_like) re-sized. A match
     found on small trials is a candidate only, until :func:`confirm_small` (or, failing that,

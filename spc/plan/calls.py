@@ -12,10 +12,9 @@ tests/test_plan_schema.py edits a real plan's calls one field at a time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from msgspec import Meta
+from msgspec import Meta, Struct, field
 
 from spc.ttnn.elementwise import BINARY, UNARY
 
@@ -46,8 +45,7 @@ MemoryConfigKey = Literal["DRAM_INTERLEAVED", "L1_INTERLEAVED"]
 JsonObject = dict[str, Any]
 
 
-@dataclass(frozen=True)
-class CallSig:
+class CallSig(Struct, frozen=True):
     """What a call may hold. ``inputs``: how many device tensors it reads (min, max)."""
 
     inputs: tuple[int, int] = (1, 1)

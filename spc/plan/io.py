@@ -22,11 +22,11 @@ import itertools
 import json
 import math
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from msgspec import Struct
 
 from spc import __version__
 from spc.errors import SpcError
@@ -54,8 +54,7 @@ _WEIGHT_BYTES = {"F32": 4, "F64": 8, "F16": 2, "I64": 8, "I32": 4, "I16": 2, "I8
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
-@dataclass
-class Plan:
+class Plan(Struct):
     """A .ttplan as read and checked: manifest, program, weights, IR text."""
 
     manifest: dict[str, Any]

@@ -17,19 +17,19 @@ are referenced by name and live in the plan's safetensors file.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
 import numpy as np
+from msgspec import Struct, field
 
+from spc.records import asdict
 from spc.ttnn.configs import ComputeConfig, Conv2dConfig, PageLayout
 from spc.ttnn.formats import DataFormat
 from spc.ttnn.layout import Form, Layout, layout_of
 from spc.ttnn.memory import MemoryConfig, SliceConfig
 
 
-@dataclass
-class TensorSpec:
+class TensorSpec(Struct):
     """A program input or output as the host sees it: name, IR element type, shape."""
 
     name: str
@@ -37,8 +37,7 @@ class TensorSpec:
     shape: list[int | str]
 
 
-@dataclass
-class HostNode:
+class HostNode(Struct):
     """An IR op the host runs, by name, with its operands and attributes."""
 
     op: str  # "onnx.GridSample"
@@ -48,8 +47,7 @@ class HostNode:
     attrs: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class TtOp:
+class TtOp(Struct):
     """One ttnn call. ``inputs`` are device tensor names; ``weights`` name plan tensors
     (uploaded once); ``args`` are the call's keyword arguments; ``dtype`` is the storage format
     of the result (set by the call's dtype argument where ttnn has one, else by its inputs)."""
@@ -101,8 +99,7 @@ def numel(shape: list[int]) -> int:
     return math.prod(int(d) for d in shape)
 
 
-@dataclass
-class DeviceTensor:
+class DeviceTensor(Struct):
     """A tensor crossing the host/device boundary: its IR name and shape, and its device layout
     (``form``: NHWC = ttnn's conv layout [1, 1, N*H*W, C], PLAIN = the IR shape; ttnn/layout.py)."""
 
@@ -120,8 +117,7 @@ class DeviceTensor:
         return layout_of(self.form, self.shape)
 
 
-@dataclass
-class DeviceConstant:
+class DeviceConstant(Struct):
     """A constant the program's calls read (a broadcast operand, a per-channel scale): the plan
     tensor ``weight`` reshaped to ``device_shape``, put on the device once in ``dtype`` before the
     first frame and kept there, as conv weights are."""
@@ -132,8 +128,7 @@ class DeviceConstant:
     dtype: DataFormat = DataFormat.BFLOAT16
 
 
-@dataclass
-class Program:
+class Program(Struct):
     """The contract between compiler and runtime: host stages, the device calls, their tensors."""
 
     inputs: list[TensorSpec]
@@ -176,7 +171,7 @@ class Program:
 
     def to_json(self) -> dict[str, Any]:
         # the calls have their own spelling: asdict would convert them only to be thrown away
-        d = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name != "device_ops"}
+        d = {name: asdict(getattr(self, name)) for name in self.__struct_fields__ if name != "device_ops"}
         d["device_ops"] = [op.to_json() for op in self.device_ops]
         return encode(d)
 
@@ -200,17 +195,6 @@ class Program:
             roles=d.get("roles", {}),
             values={k: DeviceTensor(**v) for k, v in d.get("values", {}).items()},
         )
-
-
-def _plain(x: Any) -> Any:
-    """asdict of the dataclasses in ``x``'s lists and dicts (encode makes the containers anew)."""
-    if is_dataclass(x) and not isinstance(x, type):
-        return asdict(x)
-    if isinstance(x, list):
-        return [_plain(v) for v in x]
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    return x
 
 
 def encode(x: Any) -> Any:

@@ -11,11 +11,11 @@ import functools
 import math
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+from msgspec import Struct
 
 from spc.errors import SpcError
 from spc.plan.program import Program, TtOp
@@ -36,8 +36,7 @@ from spc.ttnn.numerics import round_storage, round_storage_reference
 Call = Callable[[list[torch.Tensor]], Any]
 
 
-@dataclass
-class _Bound:
+class _Bound(Struct):
     """A bound call: ``fn`` takes and returns float32 tensors (as callers outside see them);
     ``held``, which :meth:`EmuProgram.run` calls, the same values, some of them held in bf16
     (emu_ops.HOLDING_BF16)."""

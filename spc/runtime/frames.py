@@ -16,11 +16,11 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Generator, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
+from msgspec import Struct
 
 from spc.errors import SpcError
 from spc.runtime.inputs import (
@@ -47,8 +47,7 @@ _VIDEO_EXTRA = "videos need imageio and imageio-ffmpeg: pip install 'spc[full]'"
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Geometry:
+class Geometry(Struct, frozen=True):
     """How an image of ``original`` = (W0, H0) pixels became the plan's ``frame`` = (W, H), and how a
     point of the frame maps back to the image.
 
@@ -124,8 +123,7 @@ class Geometry:
         return ((xy + np.float32(0.5)) * scale[None] - np.float32(0.5)).astype(np.float32), keep
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(Struct, frozen=True):
     """One input as its header describes it."""
 
     path: Path
@@ -134,8 +132,7 @@ class Source:
     frames: int = 1  # a video's frame count
 
 
-@dataclass
-class Frame:
+class Frame(Struct):
     """One frame, ready to run."""
 
     source: Source

@@ -7,9 +7,9 @@ splits the inputs over the chips on axis 0 and stacks their results on it)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
+from msgspec import Struct, field
 
 from spc.errors import SpcError
 from spc.ir.ops.keypoints import KeypointOverflow
@@ -21,8 +21,7 @@ from spc.runtime.host import run_host
 from spc.ttnn.targets import DEFAULT_TARGET, TARGETS
 
 
-@dataclass
-class RunResult:
+class RunResult(Struct):
     outputs: dict[str, np.ndarray]  # the model's outputs, by ONNX output name
     dense: dict[str, np.ndarray]  # device maps by role ("score_map", ...), in IR shape
     seconds: dict[str, float] = field(default_factory=dict)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from msgspec import Struct, field
 
 from spc.plan.io import Plan
 from spc.runtime.inputs import load_input
@@ -22,8 +23,7 @@ from spc.runtime.runner import Runner
 HAND_PORT = {"forward_ms": 2.81, "e2e_fps": 40.7}  # seed-tt-superpoint model card, p150, 480x640
 
 
-@dataclass
-class BenchReport:
+class BenchReport(Struct):
     backend: str
     traced: bool
     frames: int

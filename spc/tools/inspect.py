@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from spc.memory.calls import op_memory, writes_dram
 from spc.memory.dram import dram_peak
@@ -28,6 +29,7 @@ from spc.memory.residency import walk
 from spc.memory.throughput import D2H_CALL_S, H2D_CALL_S, Throughput
 from spc.plan.io import Plan
 from spc.plan.program import TtOp, numel
+from spc.records import asdict
 from spc.runtime.batches import images_per_run
 from spc.ttnn.formats import DataFormat
 from spc.ttnn.memory import BufferType
@@ -36,8 +38,7 @@ from spc.ttnn.targets import get_target
 CONVERSIONS = {"ttnn.to_layout", "ttnn.typecast", "ttnn.to_memory_config"}
 
 
-@dataclass
-class CallRow:
+class CallRow(Struct):
     index: int
     op: str
     block: str
@@ -52,8 +53,7 @@ class CallRow:
     l1_before: int = 0  # of l1_peak, the tensors earlier calls left in L1 (the rest is the call's own)
 
 
-@dataclass
-class PlanReport:
+class PlanReport(Struct):
     target: str
     precision: str
     calls: list[CallRow]

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct, field
+
 from spc.files import file_sha256
+from spc.records import asdict
 from spc.tools.inspect import clean
 
 # ONNX element types: name and bits per element (strings have no fixed size)
@@ -36,8 +38,7 @@ MAX_RANK_SHOWN = 32
 MAX_TEXT = 1024  # characters of any one string kept in the report
 
 
-@dataclass
-class ModelReport:
+class ModelReport(Struct):
     file: str
     bytes: int
     sha256: str

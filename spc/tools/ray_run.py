@@ -29,10 +29,10 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from msgspec import Struct, field
 
 from spc import console
 from spc.errors import SpcError
@@ -256,8 +256,7 @@ class Device:
 
 # --- the driver ---------------------------------------------------------------------------------
 
-@dataclass
-class RaySummary:
+class RaySummary(Struct):
     images: int = 0
     written: int = 0
     skipped: int = 0

@@ -23,11 +23,11 @@ import io
 import re
 import string
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from msgspec import Struct, field
 
 from spc.errors import SpcError
 from spc.plan.io import Plan
@@ -36,16 +36,14 @@ from spc.tools.inspect import CallRow, PlanReport, clean, header_lines, plan_rep
 MIN_PCC = 0.99  # the per-layer floor when no comparison says its own (tuning/per_layer.py's default)
 
 
-@dataclass
-class PassRow:
+class PassRow(Struct):
     index: int
     name: str
     summary: str  # what the pass does (the pipeline's own one-liner)
     result: str  # what it recognised, from the manifest ("1 region(s)", "not fired (...)")
 
 
-@dataclass
-class InputResult:
+class InputResult(Struct):
     """What the plan made of the input: the keypoint overlay and the per-layer comparison."""
 
     name: str
@@ -56,8 +54,7 @@ class InputResult:
     keypoints_from: str = "the plan's outputs"  # or, for raw heads, the standard extraction
 
 
-@dataclass
-class ReportData:
+class ReportData(Struct):
     plan: PlanReport
     passes: list[PassRow]
     notes: list[str] = field(default_factory=list)

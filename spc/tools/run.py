@@ -15,10 +15,10 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from msgspec import Struct
 
 from spc import console
 from spc.errors import SpcError
@@ -156,8 +156,7 @@ def summary(result: RunResult, roles: dict[str, dict], height: int, width: int) 
     return ", ".join(f"{name} {list(a.shape)}" for name, a in result.outputs.items())
 
 
-@dataclass
-class Target:
+class Target(Struct):
     """Where one frame's results go."""
 
     npz: Path | None = None

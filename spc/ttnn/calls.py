@@ -16,8 +16,9 @@ A description is made of plain values (ints, bools, lists, None) and these marke
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from msgspec import Struct, field
 
 from spc.errors import SpcError
 from spc.ttnn.configs import Activation, ComputeConfig, Conv2dConfig, PageLayout
@@ -37,30 +38,26 @@ class CallSpec(Protocol):
     source: str
 
 
-@dataclass(frozen=True)
-class Ref:
+class Ref(Struct, frozen=True):
     """A device tensor of the program, by name."""
 
     name: str
 
 
-@dataclass(frozen=True)
-class Attr:
+class Attr(Struct, frozen=True):
     """A ttnn attribute by its dotted path (dtypes, layouts, memory configs, enums)."""
 
     path: str
 
 
-@dataclass(frozen=True)
-class Weight:
+class Weight(Struct, frozen=True):
     """A conv weight (or bias) of the plan, prepared by ttnn on first use."""
 
     key: str
     bias: bool = False
 
 
-@dataclass(frozen=True)
-class _Marker:
+class _Marker(Struct, frozen=True):
     """A value the runtime supplies: the open device, its architecture."""
 
     name: str
@@ -70,8 +67,7 @@ DEVICE = _Marker("device")
 ARCH = _Marker("arch")
 
 
-@dataclass(frozen=True)
-class Call:
+class Call(Struct, frozen=True):
     """A ttnn call: the function's dotted name, positional and keyword arguments."""
 
     fn: str

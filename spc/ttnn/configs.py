@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import enum
 import typing
-from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, Self
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from spc.ttnn.formats import DataFormat, MathFidelity
 from spc.ttnn.memory import TensorLayout
@@ -33,19 +35,19 @@ class Activation(enum.Enum):
 
 
 class _Config:
-    """A ttnn configuration object as a frozen dataclass: every field is one ttnn field, written to
+    """A ttnn configuration object as a frozen record: every field is one ttnn field, written to
     and read from the plan's JSON by its type (enums by value: one spelling per concept), so adding a
     field is adding a line."""
 
     json_name: ClassVar[str]  # the call argument it is (conv_config), for errors
 
     def to_json(self) -> dict[str, Any]:
-        return {f.name: _encode(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+        return {name: _encode(getattr(self, name)) for name in self.__struct_fields__}  # type: ignore[attr-defined]
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Self:
         what = cls.json_name
-        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        names = set(cls.__struct_fields__)  # type: ignore[attr-defined]
         if set(d) - names:
             raise ValueError(f"{what} has unknown fields {sorted(set(d) - names)}")
         if names - set(d):
@@ -55,7 +57,7 @@ class _Config:
 
     def ttnn_kwargs(self) -> dict[str, Any]:
         """Field -> value as ttnn takes it (ttnn/calls.py spells the typed ones)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+        return {name: getattr(self, name) for name in self.__struct_fields__}  # type: ignore[attr-defined]
 
 
 def _encode(value: Any) -> Any:
@@ -80,8 +82,7 @@ def _decode(hint: Any, raw: Any, what: str) -> Any:
     raise ValueError(f"{what}: {raw!r} is not a {getattr(hint, '__name__', hint)}")
 
 
-@dataclass(frozen=True)
-class Conv2dConfig(_Config):
+class Conv2dConfig(_Config, Struct, frozen=True):
     """``ttnn.Conv2dConfig``: what spc sets of it."""
 
     json_name: ClassVar[str] = "conv_config"
@@ -101,8 +102,7 @@ class Conv2dConfig(_Config):
         return self.act_block_h_override // 32
 
 
-@dataclass(frozen=True)
-class ComputeConfig(_Config):
+class ComputeConfig(_Config, Struct, frozen=True):
     """``ttnn.init_device_compute_kernel_config(arch, ...)``: the matrix engine's precision."""
 
     json_name: ClassVar[str] = "compute_config"

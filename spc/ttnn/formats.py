@@ -9,11 +9,11 @@ many magnitude bits, and its ttnn spelling. Facts: shared/reference/tenstorrent-
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 
-@dataclass(frozen=True)
-class _Format:
+class _Format(Struct, frozen=True):
     """What a data format is on the device: tile size, block-float bits, where it may be used."""
 
     tile_bytes: int

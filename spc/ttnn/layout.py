@@ -14,10 +14,10 @@ to_nhwc); this module maps host arrays to each form and back.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+from msgspec import Struct
 
 
 class Form(enum.StrEnum):
@@ -28,8 +28,7 @@ class Form(enum.StrEnum):
     PLAIN = "plain"  # PlainLayout
 
 
-@dataclass(frozen=True)
-class DeviceLayout:
+class DeviceLayout(Struct, frozen=True):
     """ttnn's conv layout [1, 1, N*H*W, C] of an N x C x H x W value."""
 
     n: int
@@ -70,8 +69,7 @@ class DeviceLayout:
         return np.ascontiguousarray(nchw).reshape(tuple(int(d) for d in shape))
 
 
-@dataclass(frozen=True)
-class PlainLayout:
+class PlainLayout(Struct, frozen=True):
     """The IR shape as is (a rank-0 value is held as [1])."""
 
     shape: tuple[int, ...]

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import enum
 import fnmatch
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from spc.errors import SpcError
 
@@ -41,8 +42,7 @@ class TensorLayout(enum.Enum):
         return f"ttnn.TensorMemoryLayout.{self.value}"
 
 
-@dataclass(frozen=True)
-class MemoryConfig:
+class MemoryConfig(Struct, frozen=True):
     """Where a tensor lives: ``ttnn.MemoryConfig(layout, buffer_type)``."""
 
     buffer: BufferType
@@ -87,8 +87,7 @@ class SliceType(enum.Enum):
         return self.value.removeprefix("dram_")
 
 
-@dataclass(frozen=True)
-class SliceConfig:
+class SliceConfig(Struct, frozen=True):
     """How a conv or pool runs: all at once in L1, or in DRAM slices by rows or columns."""
 
     type: SliceType = SliceType.L1_FULL
@@ -116,8 +115,7 @@ L1_FULL = SliceConfig()
 SLICE_DIMS = {"height": SliceType.DRAM_HEIGHT, "width": SliceType.DRAM_WIDTH}
 
 
-@dataclass(frozen=True)
-class BlockMemory:
+class BlockMemory(Struct, frozen=True):
     """A conv or pool block's memory configuration: its slicing and activation block (tiles)."""
 
     slicing: SliceConfig = L1_FULL
@@ -161,8 +159,7 @@ def parse(spec: str) -> BlockMemory:
     raise SpcError(f"memory configuration {spec!r}: expected l1, l1:abh=N, dram:height=N or dram:width=N")
 
 
-@dataclass(frozen=True)
-class MemoryOverrides:
+class MemoryOverrides(Struct, frozen=True):
     """``--memory-config`` rules, in order; the last matching rule wins."""
 
     rules: tuple[tuple[str, BlockMemory], ...] = ()

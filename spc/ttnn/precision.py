@@ -31,16 +31,17 @@ A TOML file (``--precision-config``) overrides blocks by glob, in order::
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct
+from msgspec.structs import force_setattr, replace
 
 from spc.errors import SpcError
 from spc.ttnn.formats import OUTPUT_FORMATS, WEIGHT_FORMATS, DataFormat, MathFidelity
 
 
-@dataclass(frozen=True)
-class BlockPrecision:
+class BlockPrecision(Struct, frozen=True):
     """A block's precision; formats and fidelity may be given by name (a TOML file, a search move)."""
 
     weights_dtype: DataFormat = DataFormat.BFLOAT16
@@ -57,7 +58,7 @@ class BlockPrecision:
                 value = getattr(self, name)
                 if isinstance(value, str):
                     value = parse(value)
-                    object.__setattr__(self, name, value)
+                    force_setattr(self, name, value)
                 if value not in allowed:
                     raise ValueError(f"{value.value!r} is not one of {', '.join(a.value for a in allowed)}")
         except ValueError as exc:
@@ -111,8 +112,7 @@ PRESETS = {
 }
 
 
-@dataclass(frozen=True)
-class PrecisionPlan:
+class PrecisionPlan(Struct, frozen=True):
     """A preset plus ordered (glob, field overrides) rules."""
 
     preset: str = "accurate"
@@ -181,7 +181,7 @@ def load_precision_config(path: Path, preset: str | None = None) -> PrecisionPla
     if unknown:
         raise SpcError(f"{path}: unknown keys {sorted(unknown)} (expected preset, blocks)")
     plan = PrecisionPlan(preset or data.get("preset", "accurate"))
-    known = {f.name for f in fields(BlockPrecision)}
+    known = set(BlockPrecision.__struct_fields__)
     for pattern, changes in (data.get("blocks") or {}).items():
         if not isinstance(changes, dict) or set(changes) - known:
             raise SpcError(f"{path}: [blocks.{pattern!r}] may set only {', '.join(sorted(known))}")

@@ -9,7 +9,7 @@ ttnn mesh ``mesh``) the runtime runs that program once on every chip, each on it
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from spc.errors import SpcError
 
@@ -18,8 +18,7 @@ from spc.errors import SpcError
 L1_SMALL_BYTES = 32768
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(Struct, frozen=True):
     """A chip (or a mesh of them) as the compiler models it: cores, clock, L1, DRAM."""
 
     name: str

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from pathlib import Path
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from spc.errors import SpcError
 from spc.plan.io import Plan
@@ -28,8 +30,7 @@ from spc.tuning.precision_search import Score
 from spc.tuning.thresholds import Thresholds
 
 
-@dataclass
-class Difference:
+class Difference(Struct):
     block: str
     safe: str
     fast: str
@@ -38,8 +39,7 @@ class Difference:
         return f"{self.block}: {self.safe} -> {self.fast}"
 
 
-@dataclass
-class BisectResult:
+class BisectResult(Struct):
     safe: Score
     fast: Score
     culprits: list[Difference]

@@ -18,14 +18,15 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+from msgspec import Struct, field
 
 from spc.errors import SpcError
 from spc.frontend.onnx_import import load_onnx
 from spc.plan.io import Plan
+from spc.records import asdict
 from spc.runtime.backend import PreparedProgram
 from spc.runtime.batches import fill, groups, image_of
 from spc.runtime.runner import RunResult
@@ -34,8 +35,7 @@ from spc.tuning.metrics import keypoint_agreement, pcc
 NAN = float("nan")
 
 
-@dataclass
-class ImageReport:
+class ImageReport(Struct):
     input: str
     score_pcc: float
     descriptor_pcc: float

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
+from msgspec import Struct
 
 
 def pcc(a: np.ndarray, b: np.ndarray) -> float:
@@ -40,8 +39,7 @@ def match_points(a: np.ndarray, b: np.ndarray, radius: float) -> list[tuple[int,
     return pairs
 
 
-@dataclass
-class KeypointAgreement:
+class KeypointAgreement(Struct):
     precision: float
     recall: float
     f1: float

@@ -23,17 +23,18 @@ peaks), so with one conv planted at LoFi + bfloat8_b weights the NMS grows the e
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from msgspec import Struct, field
 
 from spc.errors import SpcError
 from spc.frontend.onnx_import import load_onnx
 from spc.ir.types import DType
 from spc.plan.io import Plan
 from spc.plan.program import DeviceTensor, Program, TtOp
+from spc.records import asdict
 from spc.tuning.comparison import find_source
 
 if TYPE_CHECKING:
@@ -43,8 +44,7 @@ DEFAULT_MIN_PCC = 0.99  # where the table marks a tensor when --min-pcc is not g
 INPUT_BLOCK = "(device input)"  # a value the host hands to the device: no block made it
 
 
-@dataclass
-class TensorError:
+class TensorError(Struct):
     """One compared tensor: the IR value (named as in the ONNX), what made it, how far it is."""
 
     name: str
@@ -58,14 +58,12 @@ class TensorError:
     rel_err: float
 
 
-@dataclass
-class Skipped:
+class Skipped(Struct):
     name: str
     reason: str
 
 
-@dataclass
-class BlockError:
+class BlockError(Struct):
     """A block's error: relative error of its inputs (the worst of the nearest compared tensors
     upstream; 0 when none is compared) and of its outputs (the worst it makes); growth is their
     difference; local_error is its outputs' error when it runs alone on onnxruntime's values of
@@ -79,8 +77,7 @@ class BlockError:
     local_error: float  # the block alone on the reference's inputs: the error it adds itself
 
 
-@dataclass
-class PerLayerReport:
+class PerLayerReport(Struct):
     input: str
     min_pcc: float
     tensors: list[TensorError] = field(default_factory=list)  # in program order

@@ -44,16 +44,18 @@ import json
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 from spc.errors import SpcError
 from spc.ir.graph import Graph
 from spc.memory.residency import CallRecord, predicted_ms
 from spc.plan.program import Program
+from spc.records import asdict
 from spc.ttnn.formats import DataFormat, MathFidelity
 from spc.ttnn.precision import BlockPrecision, PrecisionPlan
 from spc.tuning.thresholds import Thresholds
@@ -76,8 +78,7 @@ MIN_SAVING = 0.0025  # of `accurate`'s predicted time: what a change must save t
 NAN = float("nan")
 
 
-@dataclass(frozen=True)
-class Score:
+class Score(Struct, frozen=True):
     f1: float  # median over the calibration inputs run
     descriptor_pcc: float  # worst input run
     score_pcc: float  # worst input run
@@ -135,8 +136,7 @@ class Scorer(Protocol):
         ...
 
 
-@dataclass
-class Trial:
+class Trial(Struct):
     what: str
     plan: PrecisionPlan
     score: Score
@@ -147,8 +147,7 @@ class Trial:
         return bool(self.score.f1s)
 
 
-@dataclass
-class SearchResult:
+class SearchResult(Struct):
     plan: PrecisionPlan
     score: Score
     reference: Score
@@ -158,8 +157,8 @@ class SearchResult:
     stats: dict[str, float] = field(default_factory=dict)  # what was emulated (Evaluator.stats)
 
     def manifest(self) -> dict[str, Any]:
-        return {"chosen": self.plan.describe(), "metrics": vars(self.score), "accurate": vars(self.reference),
-                "thresholds": vars(self.thresholds), "trials": len(self.trials), "message": self.message,
+        return {"chosen": self.plan.describe(), "metrics": asdict(self.score), "accurate": asdict(self.reference),
+                "thresholds": asdict(self.thresholds), "trials": len(self.trials), "message": self.message,
                 "emulated": dict(self.stats)}
 
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 
-@dataclass(frozen=True)
-class Thresholds:
+class Thresholds(Struct, frozen=True):
     """Relative to the `accurate` plan on the calibration inputs, unless absolute values are given."""
 
     f1_drop: float = 0.01

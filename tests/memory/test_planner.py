@@ -3,10 +3,9 @@ forced choices, and the error when nothing fits."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
+from msgspec.structs import replace
 
 from spc.errors import SpcError
 from spc.lowering.lower import lower

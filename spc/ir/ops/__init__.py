@@ -8,10 +8,10 @@ post-processing stage of the runtime, so an op has exactly one definition of wha
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from msgspec import Struct
 
 from spc.ir.types import TensorType
 
@@ -25,8 +25,7 @@ Canonicalize = Callable[[dict[str, Any], int, int, int], dict[str, Any]]
 Infer = Callable[[list["Value | None"], dict[str, Any]], "list[TensorType] | None"]
 
 
-@dataclass(frozen=True)
-class OpDef:
+class OpDef(Struct, frozen=True):
     """An op: its numpy meaning, its type inference, and what the verifier and passes need to know."""
 
     name: str  # "onnx.Conv", "spc.Nms"
@@ -36,11 +35,11 @@ class OpDef:
     data_dependent: bool = False
     # min/max number of inputs, for the verifier
     arity: tuple[int, int] = (0, 99)
-    doc: str = field(default="", compare=False)
+    doc: str = ""
     # ONNX schema versions (since_version) whose semantics ``evaluate`` implements; None: every
     # version within the importer's opset range (frontend/onnx_import.py)
     schemas: tuple[int, ...] | None = None
-    canonicalize: Canonicalize | None = field(default=None, compare=False)
+    canonicalize: Canonicalize | None = None
 
     @property
     def dialect(self) -> str:

@@ -32,10 +32,10 @@ centre mapped to the coarse map, L2-normalised.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from msgspec import Struct
 
 from spc.ir.ops import register
 from spc.ir.ops.spc_ops import l2_normalize
@@ -47,8 +47,7 @@ HF_OUTPUTS = ["keypoints xy norm f32 batch", "scores batch", "descriptors nd bat
 ROLES = ("keypoints", "scores", "descriptors", "mask")
 
 
-@dataclass(frozen=True)
-class OutputSpec:
+class OutputSpec(Struct, frozen=True):
     """One output of spc.Keypoints: its role and conventions (the words of its ``outputs`` entry)."""
 
     role: str
