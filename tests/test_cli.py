@@ -136,15 +136,17 @@ def test_single_pass_nms_is_opt_in(small_onnx: Path, tmp_path: Path) -> None:
     assert "iterations = 0" in read_plan(tmp_path / "sp1.ttplan").ir_text
 
 
-def test_compile_does_not_import_torch(small_onnx: Path, tmp_path: Path) -> None:
-    """Nor onnx's Python package: the importer reads models with its messages and C++ extension
-    (frontend/onnx_proto.py), ~50 ms of the command."""
+def test_compile_imports_only_what_it_needs(small_onnx: Path, tmp_path: Path) -> None:
+    """No torch, onnxruntime or Ray; nor onnx's Python package (the importer reads models with
+    its messages and C++ extension: frontend/onnx_proto.py, ~50 ms of the command) or numpy.random
+    (passes/trial_values.py, ~10 ms)."""
     code = ("import sys; from spc.cli import main\n"
             f"try: main(['compile', {str(small_onnx)!r}, '-o', {str(tmp_path / 'x.ttplan')!r}])\n"
             "except SystemExit: pass\n"
             f"assert __import__('os').path.exists({str(tmp_path / 'x.ttplan')!r})\n"
             "assert 'torch' not in sys.modules and 'onnxruntime' not in sys.modules, 'heavy import'\n"
             "assert 'onnx' not in sys.modules and 'onnx.onnx_cpp2py_export' in sys.modules, 'onnx package'\n"
+            "assert 'numpy.random' not in sys.modules, 'numpy.random (passes/trial_values.py)'\n"
             "assert 'ray' not in sys.modules and 'pandas' not in sys.modules, 'Ray without --ray'\n")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 

@@ -72,7 +72,7 @@ class _BindOnImport:
         if fullname != "onnx":
             return None
         sys.meta_path.remove(self)  # once: the package is imported once
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        spec = importlib.util.find_spec(fullname)  # as the other finders would have found it
         if spec is None or spec.loader is None:
             return spec
         run, parts = spec.loader.exec_module, self.parts

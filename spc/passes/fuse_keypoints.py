@@ -55,6 +55,7 @@ from spc.ir.ops import get
 from spc.ir.ops.keypoints import OutputSpec, extract, format_outputs, sample_descriptors, select
 from spc.passes.explain import Attempt
 from spc.passes.manager import Pass, PassContext, PassResult
+from spc.passes.trial_values import TrialValues
 
 SEED = 20261129
 EDGE = 16  # how deep a border is looked for
@@ -89,7 +90,7 @@ class _Trial:
         self.nodes, self.score, self.desc, self.outputs = nodes, score, desc, outputs
         self.shape = tuple(int(d) for d in score.type.static_shape)
         self.h, self.w = self.shape[-2:]
-        rng = np.random.default_rng(SEED)
+        rng = TrialValues(SEED)
         # a random row profile times a random column profile, per channel: any two pixels, and any
         # two ways of interpolating between cells, give different descriptors, and 1/60th of the
         # random numbers of a map drawn whole (the largest trial input of the region)
@@ -133,7 +134,7 @@ class _Trial:
         ``base`` everywhere: a fixed-K export's TopK over a map of one value (hundreds of
         thousands of ties) costs several times as much as over distinct values. The maps compared
         with spc.Keypoints (:func:`_agrees`) keep their zeros: its sort is the faster on those."""
-        self.noise = np.random.default_rng(SEED + 4).random((self.h, self.w), dtype=np.float32)
+        self.noise = TrialValues(SEED + 4).random((self.h, self.w), dtype=np.float32)
 
     def peaks(self, points: list[tuple[int, int]], value: float | np.ndarray, base: float = 0.0) -> np.ndarray:
         if self.noise is None:
@@ -188,9 +189,9 @@ def _role(value: np.ndarray, v: Value, xy: np.ndarray, scores: np.ndarray, desc:
 
 def _roles(trial: _Trial, fixed: bool) -> list[str]:
     """Each output's spec, from PEAKS distinct peaks well inside the map."""
-    rng = np.random.default_rng(SEED + 2)
-    ys = rng.choice(np.arange(trial.h // 4, 3 * trial.h // 4), PEAKS, replace=False)
-    xs = rng.choice(np.arange(trial.w // 4, 3 * trial.w // 4), PEAKS, replace=False)
+    rng = TrialValues(SEED + 2)
+    ys = rng.choice(np.arange(trial.h // 4, 3 * trial.h // 4), PEAKS)
+    xs = rng.choice(np.arange(trial.w // 4, 3 * trial.w // 4), PEAKS)
     values = np.linspace(0.6, 0.95, PEAKS, dtype=np.float32)[rng.permutation(PEAKS)]
     got = trial(trial.peaks(list(zip(ys, xs)), values))
     order = np.argsort(-values, kind="stable") if fixed else np.lexsort((xs, ys))  # best first, or raster
@@ -451,7 +452,7 @@ def _max_keypoints(trial: _Trial, specs: list[str], attrs: dict, dense: np.ndarr
     return got if got < above else -1
 
 
-def _random_map(trial: _Trial, rng: np.random.Generator, count: int, low: float = 0.0) -> np.ndarray:
+def _random_map(trial: _Trial, rng: TrialValues, count: int, low: float = 0.0) -> np.ndarray:
     """A map of zeros with about ``count`` random scores in [low, 1) at random pixels: drawn as
     positions and values, not as a map of random numbers."""
     s = np.zeros((trial.h, trial.w), np.float32)
@@ -478,7 +479,7 @@ def _selection(trial: _Trial, attrs: dict) -> tuple[np.ndarray, tuple[int, ...] 
     all but the descriptors in threshold mode; a fixed-K export samples K descriptors whatever the
     map, so there it is every output, with peaks above the others along the window's edges too
     (:func:`_window_edges`)."""
-    rng = np.random.default_rng(SEED + 1)
+    rng = TrialValues(SEED + 1)
     threshold = attrs["mode"] == "threshold"
     s = _random_map(trial, rng, int(0.0125 * trial.h * trial.w), attrs["threshold"] if threshold else 0.0)
     only: tuple[int, ...] | None = None
@@ -504,7 +505,7 @@ def _agrees(trial: _Trial, attrs: dict,
     maps: list[tuple[str, np.ndarray, Callable[[], list[np.ndarray | None]]]] = [
         ("a dense random map", dense, lambda: got)]
     if only is not None:
-        rng = np.random.default_rng(SEED + 3)
+        rng = TrialValues(SEED + 3)
         sparse = _random_map(trial, rng, min(int(0.002 * trial.h * trial.w), 64))
         edges = _window_edges(trial, attrs)
         if edges:

@@ -40,6 +40,7 @@ from spc.passes.semantic_match import (
     grow_region,
     small_probe,
 )
+from spc.passes.trial_values import TrialValues
 
 FOLD_OPS = {"onnx.Softmax", "onnx.Exp", "onnx.ReduceSum", "onnx.ReduceMax", "onnx.Sub", "onnx.Div",
             "onnx.Slice", "onnx.Gather", "onnx.Split", "onnx.Transpose", "onnx.Reshape", "onnx.Squeeze",
@@ -60,7 +61,7 @@ def fold_cell(v: Value) -> int | None:
 
 
 def trials(shape: tuple[int, ...], count: int = 2) -> list[np.ndarray]:
-    rng = np.random.default_rng(0)
+    rng = TrialValues(0)
     return [rng.standard_normal(shape, dtype=np.float32) * np.float32(4) for _ in range(count)]
 
 

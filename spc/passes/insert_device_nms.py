@@ -43,6 +43,7 @@ from spc.passes.semantic_match import (
     grow_region,
     small_probe,
 )
+from spc.passes.trial_values import TrialValues
 
 NMS_OPS = {"onnx.MaxPool", "onnx.Equal", "onnx.Cast", "onnx.Greater", "onnx.GreaterOrEqual", "onnx.Less",
            "onnx.LessOrEqual", "onnx.Where", "onnx.Not", "onnx.And", "onnx.Or", "onnx.Xor", "onnx.Unsqueeze",
@@ -84,7 +85,7 @@ def pooled_radius(v: Value) -> int | None:
 def trial_maps(shape: tuple[int, ...], radius: int, count: int = 3, seed: int = 1) -> list[np.ndarray]:
     """Maps that separate NMS variants: many exact ties, flat plateaus, zeros, border peaks (the
     first ``count`` of them)."""
-    rng = np.random.default_rng(seed)
+    rng = TrialValues(seed)
     ties = (rng.integers(0, 6, shape) / 5.0 * (rng.random(shape) < 0.35)).astype(np.float32)
     if count == 1:
         return [ties]

@@ -1,0 +1,66 @@
+"""Seeded trial values for the recognisers, without numpy.random.
+
+A recogniser tells what a region computes by evaluating it on a few maps of numbers without
+structure (fuse_keypoints, fuse_score_fold, fuse_l2norm, insert_device_nms): any such numbers do,
+as long as a seed gives the same ones everywhere. ``import numpy.random`` is ~10 ms of the
+``spc compile`` command (it loads every bit generator) for a few thousand numbers; these come from
+the standard library's Mersenne Twister (``random.Random``: seeded, the same on every platform),
+drawn as bytes in one call and shaped by numpy. The methods are the few of numpy's ``Generator``
+the recognisers use, with its conventions: ``random`` in [0, 1), ``integers`` in [low, high).
+"""
+
+from __future__ import annotations
+
+import math
+import random as _random
+from typing import Any
+
+import numpy as np
+
+_TWO_PI = 2 * math.pi
+
+
+class TrialValues:
+    """Numbers from ``seed``; each call continues the stream."""
+
+    def __init__(self, seed: int) -> None:
+        self._stream = _random.Random(seed)
+
+    def _words(self, n: int) -> np.ndarray:
+        """``n`` uniformly distributed 32-bit words."""
+        return np.frombuffer(self._stream.randbytes(4 * n), dtype="<u4").astype(np.uint32)
+
+    def random(self, shape: int | tuple[int, ...] = (), dtype: Any = np.float64) -> np.ndarray:
+        """Uniform in [0, 1): 24 random bits for float32, 53 for float64 (numpy's choice too)."""
+        n = math.prod(shape) if isinstance(shape, tuple) else int(shape)
+        if np.dtype(dtype) == np.float32:
+            x = (self._words(n) >> 8).astype(np.float32) * np.float32(2.0**-24)
+        else:
+            w = self._words(2 * n).astype(np.uint64)
+            x = ((w[0::2] >> 5) * np.uint64(1 << 26) + (w[1::2] >> 6)).astype(np.float64) * 2.0**-53
+        return x.reshape(shape)
+
+    def integers(self, low: int, high: int, shape: int | tuple[int, ...] = ()) -> np.ndarray:
+        """Uniform int64 in [low, high) (a 64-bit word modulo the range: the bias is below 2**-40
+        for the ranges a trial asks for)."""
+        n = math.prod(shape) if isinstance(shape, tuple) else int(shape)
+        w = self._words(2 * n).astype(np.uint64)
+        u = (w[0::2] << np.uint64(32)) | w[1::2]
+        return (np.int64(low) + (u % np.uint64(high - low)).astype(np.int64)).reshape(shape)
+
+    def standard_normal(self, shape: int | tuple[int, ...] = (), dtype: Any = np.float64) -> np.ndarray:
+        """Normal with mean 0 and variance 1 (Box-Muller from two uniform draws)."""
+        n = math.prod(shape) if isinstance(shape, tuple) else int(shape)
+        radius = np.sqrt(-2.0 * np.log1p(-self.random(n)))  # 1 - [0, 1) is (0, 1]: log is finite
+        return (radius * np.cos(_TWO_PI * self.random(n))).astype(dtype).reshape(shape)
+
+    def permutation(self, n: int) -> np.ndarray:
+        """0..n-1 in a random order."""
+        return np.argsort(self.random(n), kind="stable")
+
+    def choice(self, values: np.ndarray, size: int) -> np.ndarray:
+        """``size`` distinct elements of ``values`` (numpy's ``replace=False``), in a random order."""
+        values = np.asarray(values)
+        if size > len(values):
+            raise ValueError(f"cannot choose {size} distinct values of {len(values)}")
+        return values[self.permutation(len(values))[:size]]
