@@ -78,7 +78,7 @@ def main() -> int:
     ap.add_argument("--height", type=int, default=480)
     ap.add_argument("--width", type=int, default=640)
     ap.add_argument("--frames", type=int, default=5)
-    ap.add_argument("--runs", type=int, default=7, help="pairs of fresh compile / onnxruntime processes")
+    ap.add_argument("--runs", type=int, default=15, help="pairs of fresh compile / onnxruntime processes")
     ap.add_argument("--quick", action="store_true", help="skip --precision auto and the test suite")
     ap.add_argument("--work", type=Path, default=Path("bench-out"))
     args = ap.parse_args()

@@ -26,33 +26,31 @@ class TrialValues:
     def __init__(self, seed: int) -> None:
         self._stream = _random.Random(seed)
 
-    def _words(self, n: int) -> np.ndarray:
-        """``n`` uniformly distributed 32-bit words."""
-        return np.frombuffer(self._stream.randbytes(4 * n), dtype="<u4").astype(np.uint32)
+    def _words(self, n: int, bits: int) -> np.ndarray:
+        """``n`` uniformly distributed unsigned words of 32 or 64 bits."""
+        return np.frombuffer(self._stream.randbytes(bits // 8 * n), dtype=f"<u{bits // 8}")
 
     def random(self, shape: int | tuple[int, ...] = (), dtype: Any = np.float64) -> np.ndarray:
         """Uniform in [0, 1): 24 random bits for float32, 53 for float64 (numpy's choice too)."""
         n = math.prod(shape) if isinstance(shape, tuple) else int(shape)
         if np.dtype(dtype) == np.float32:
-            x = (self._words(n) >> 8).astype(np.float32) * np.float32(2.0**-24)
+            x = (self._words(n, 32) >> 8).astype(np.float32) * np.float32(2.0**-24)
         else:
-            w = self._words(2 * n).astype(np.uint64)
-            x = ((w[0::2] >> 5) * np.uint64(1 << 26) + (w[1::2] >> 6)).astype(np.float64) * 2.0**-53
+            x = (self._words(n, 64) >> 11).astype(np.float64) * 2.0**-53
         return x.reshape(shape)
 
     def integers(self, low: int, high: int, shape: int | tuple[int, ...] = ()) -> np.ndarray:
         """Uniform int64 in [low, high) (a 64-bit word modulo the range: the bias is below 2**-40
         for the ranges a trial asks for)."""
         n = math.prod(shape) if isinstance(shape, tuple) else int(shape)
-        w = self._words(2 * n).astype(np.uint64)
-        u = (w[0::2] << np.uint64(32)) | w[1::2]
-        return (np.int64(low) + (u % np.uint64(high - low)).astype(np.int64)).reshape(shape)
+        return (np.int64(low) + (self._words(n, 64) % np.uint64(high - low)).astype(np.int64)).reshape(shape)
 
     def standard_normal(self, shape: int | tuple[int, ...] = (), dtype: Any = np.float64) -> np.ndarray:
-        """Normal with mean 0 and variance 1 (Box-Muller from two uniform draws)."""
+        """Normal with mean 0 and variance 1 (Box-Muller from two uniform draws, in ``dtype``)."""
         n = math.prod(shape) if isinstance(shape, tuple) else int(shape)
-        radius = np.sqrt(-2.0 * np.log1p(-self.random(n)))  # 1 - [0, 1) is (0, 1]: log is finite
-        return (radius * np.cos(_TWO_PI * self.random(n))).astype(dtype).reshape(shape)
+        # 1 - [0, 1) is (0, 1]: the log is finite
+        radius = np.sqrt(np.float32(-2) * np.log1p(-self.random(n, dtype)), dtype=dtype)
+        return (radius * np.cos(np.asarray(_TWO_PI, dtype) * self.random(n, dtype))).astype(dtype).reshape(shape)
 
     def permutation(self, n: int) -> np.ndarray:
         """0..n-1 in a random order."""
