@@ -290,6 +290,28 @@ def test_data_propagation_that_exhausts_memory_falls_back(tmp_path: Path, monkey
     assert "value q (from node range (Range)): shape [4611686018427387904]" in message
 
 
+def test_a_refusal_ends_the_inference_started_beside_the_checks(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The importer starts onnx's inference in a forked child before its own checks
+    (validate.Inference); when a check refuses the model, its refusal is the error and the child
+    is ended and reaped."""
+    ended: list[int] = []
+    cancel = validate.Inference.cancel
+
+    def watched(self: validate.Inference) -> None:
+        assert self.child is not None
+        ended.append(self.child.pid)
+        cancel(self)
+
+    monkeypatch.setattr(validate.Inference, "cancel", watched)
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="a"), helper.make_node("Relu", ["x"], ["y"], name="b")]
+    message = refused(write(tmp_path, model(nodes, [vi("x", [4])], [vi("y", None)])))
+    assert "node b (Relu) writes y, which node a already defines" in message
+    assert len(ended) == 1
+    with pytest.raises(ChildProcessError):  # reaped: not a zombie
+        os.waitpid(ended[0], os.WNOHANG)
+
+
 def test_a_node_reading_a_missing_input(tmp_path: Path) -> None:
     m = model([helper.make_node("Add", ["x", "nope"], ["y"], name="add")], [vi("x", [4])], [vi("y", None)])
     message = refused(write(tmp_path, m))

@@ -81,21 +81,29 @@ def import_model(model, path: Path, name: str = "superpoint", input_shape: list[
     """An in-memory ModelProto into the IR; ``path`` names it in messages (and is where external
     data was read from). ``input_shape`` fixes a dynamic input's size before shape inference.
 
-    The model is validated (frontend/validate.py) before any onnx C++ code sees it, then
-    annotated in place with onnx's inferred types. ``isolate`` runs onnx's shape inference in a
+    The model is validated (frontend/validate.py) before onnx's C++ code sees it in this process,
+    then annotated in place with onnx's inferred types. ``isolate`` runs onnx's shape inference in a
     child process, so that a crash our checks did not foresee is an error line, not a dead
     process: import_onnx sets it; in-process is for models one trusts not to be hostile (onnx's
     own test cases, frontend/conformance.py), ~0.1 s faster."""
     opset = _default_opset(model, path)
-    validate.check_strings(model, path)
-    _check_supported(model, opset, path)
-    validate.check_model(model, path, opset)
-    if input_shape is not None:
-        fix_input_shape(model, input_shape, path)
-        for vi in model.graph.input:  # the fixed sizes may multiply past the caps
-            validate.check_value_type(vi, "input", path)
-    validate.onnx_check_nodes(model, path)
-    inferred = validate.infer_shapes(model, path, isolate)
+    # the child inferring shapes works while the checks run here (a fixed input shape changes the
+    # model first); a refusal ends it
+    started = validate.Inference.start(model) if isolate and input_shape is None else None
+    try:
+        validate.check_strings(model, path)
+        _check_supported(model, opset, path)
+        validate.check_model(model, path, opset)
+        if input_shape is not None:
+            fix_input_shape(model, input_shape, path)
+            for vi in model.graph.input:  # the fixed sizes may multiply past the caps
+                validate.check_value_type(vi, "input", path)
+        validate.onnx_check_nodes(model, path)
+    except BaseException:
+        if started is not None:
+            started.cancel()
+        raise
+    inferred = validate.infer_shapes(model, path, isolate, started)
     return _Importer(inferred, name, path, opset).run()
 
 

@@ -25,6 +25,7 @@ error line naming the node (found by bisection), never as a dead compiler. Every
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -667,17 +668,19 @@ class _Crash(Exception):
         self.why, self.resources = why, resources
 
 
-def _shape_view(model: Any) -> bytes:
+def _shape_view(model: Any, restore: bool = True) -> bytes:
     """The model serialised as shape inference needs it: floating-point initializers of more than
     a few elements without their data. Their values never decide a shape (onnx's data propagation
     follows integer shape tensors; a float Resize scale has a few elements), and leaving them out
     keeps the child's pipes and memory small (SuperPoint's 5 MB of weights would cross twice) and
-    a model with over 2 GiB of external weights serialisable."""
+    a model with over 2 GiB of external weights serialisable. ``restore=False``: the data is left
+    out of ``model`` too (a forked child's own copy: putting 5 MB back costs ~4 ms)."""
     held: list[tuple[Any, bytes]] = []
     try:
         for init in model.graph.initializer:
             if init.data_type in _FLOAT_TYPES and math.prod(init.dims) > _SHAPE_VIEW_KEEP and init.raw_data:
-                held.append((init, init.raw_data))
+                if restore:
+                    held.append((init, init.raw_data))
                 init.ClearField("raw_data")
         return model.SerializeToString()
     finally:
@@ -685,32 +688,70 @@ def _shape_view(model: Any) -> bytes:
             init.raw_data = raw
 
 
-def infer_shapes(model: Any, path: Path, isolate: bool) -> Any:
+def _view_bytes(model: Any, path: Path) -> bytes:
+    try:
+        return _shape_view(model)
+    except SpcError:
+        raise
+    except Exception:  # protobuf refuses to write more than 2 GiB
+        raise SpcError(_TOO_LARGE.format(path=path)) from None
+
+
+_TOO_LARGE = ("{path}: the model is too large to serialise (over 2 GiB without its weights); this is not a "
+              "SuperPoint-sized model")
+
+
+class Inference:
+    """onnx's shape inference under way in a forked child, on ``model`` as it was when started:
+    the importer starts it before its own checks, which run meanwhile on the other core (~15 ms
+    of a fresh ``spc compile``). A check that refuses the model ends it (:meth:`cancel`): it saw
+    the model first but cannot harm the compiler, and what is reported is the check's refusal.
+    ``start`` gives None where no child can be forked (:func:`infer_shapes` then runs one itself)."""
+
+    def __init__(self, child: _ForkedChild) -> None:
+        self.child: _ForkedChild | None = child
+
+    @staticmethod
+    def start(model: Any) -> Inference | None:
+        if not _can_fork():
+            return None
+        return Inference(_fork_inference(onnx_proto.cpp(), lambda: _shape_view(model, restore=False), True))
+
+    def result(self) -> tuple[int, bytes, bytes]:
+        assert self.child is not None, "an inference's result is taken once"
+        child, self.child = self.child, None
+        return _collect(child)
+
+    def cancel(self) -> None:
+        if self.child is not None:
+            child, self.child = self.child, None
+            _kill(child)
+
+
+def infer_shapes(model: Any, path: Path, isolate: bool, started: Inference | None = None) -> Any:
     """onnx's shape inference with data propagation (so shape chains resolve), its results written
     into ``model`` (value_info, the outputs' types), which is returned. ``isolate``: in a child
-    process, for a model from a file: what our checks missed cannot take the compiler down. When
-    data propagation exhausts the child's time or memory (it materialises 1-D values, ~200 bytes
-    per element), inference runs again without it; spc's own inference fills in."""
-    try:
-        data = _shape_view(model)
-    except Exception:  # protobuf refuses to write more than 2 GiB
-        raise SpcError(f"{path}: the model is too large to serialise (over 2 GiB without its weights); "
-                       "this is not a SuperPoint-sized model") from None
+    process, for a model from a file: what our checks missed cannot take the compiler down
+    (``started``: that child, already running). When data propagation exhausts the child's time or
+    memory (it materialises 1-D values, ~200 bytes per element), inference runs again without it;
+    spc's own inference fills in."""
     out, data_prop = None, True
     if isolate:
         try:
-            out = _infer_in_child(data, path, data_prop)
+            out = _outcome(started.result(), path) if started is not None else _infer_in_child(model, path, data_prop)
         except _Crash as crash:
             if not crash.resources:
-                raise SpcError(_crash_message(data, path, crash)) from None
+                raise SpcError(_crash_message(_view_bytes(model, path), path, crash)) from None
             data_prop = False
             try:
-                out = _infer_in_child(data, path, data_prop)
+                out = _infer_in_child(model, path, data_prop)
             except _Crash as again:
-                raise SpcError(_crash_message(data, path, again)) from None
+                raise SpcError(_crash_message(_view_bytes(model, path), path, again)) from None
     if out is None:  # not isolated, or the child could not start or load onnx here: in this process
         try:
-            out = onnx_proto.cpp().shape_inference.infer_shapes(data, False, False, data_prop)
+            out = onnx_proto.cpp().shape_inference.infer_shapes(_view_bytes(model, path), False, False, data_prop)
+        except SpcError:
+            raise
         except Exception as exc:  # a malformed graph fails here first
             raise SpcError(f"{path}: ONNX shape inference failed: {_first_line(exc)}") from None
     inferred = type(model).FromString(out)
@@ -721,22 +762,29 @@ def infer_shapes(model: Any, path: Path, isolate: bool) -> Any:
     return model
 
 
-def _infer_in_child(data: bytes, path: Path, data_prop: bool) -> bytes | None:
-    """The inferred model's bytes; None when no child can run here; _Crash when it died."""
+def _infer_in_child(model: Any, path: Path, data_prop: bool) -> bytes | None:
+    """The inferred model's bytes (``model``: a ModelProto, or its bytes as inference takes them);
+    None when no child can run here; _Crash when it died."""
     onnx_cpp2py_export = onnx_proto.cpp()
-    limit = INFER_MEMORY_BYTES + 4 * len(data)
     if _can_fork():
-        code, out, err = _forked(onnx_cpp2py_export, data, data_prop, limit)
-    else:
-        cmd = [sys.executable, "-I", "-S", "-c", _CHILD, onnx_cpp2py_export.__file__, str(limit),
-               "1" if data_prop else "0"]
-        try:
-            proc = subprocess.run(cmd, input=data, capture_output=True, timeout=INFER_TIMEOUT_S, check=False)
-        except subprocess.TimeoutExpired:
-            raise _Crash(f"did not finish within {INFER_TIMEOUT_S:.0f} s", resources=True) from None
-        except OSError:  # no way to start a child here
-            return None
-        code, out, err = proc.returncode, proc.stdout, proc.stderr
+        view = (lambda: model) if isinstance(model, bytes) else (lambda: _shape_view(model, restore=False))
+        return _outcome(_collect(_fork_inference(onnx_cpp2py_export, view, data_prop)), path)
+    data = model if isinstance(model, bytes) else _view_bytes(model, path)
+    limit = INFER_MEMORY_BYTES + 4 * len(data)
+    cmd = [sys.executable, "-I", "-S", "-c", _CHILD, onnx_cpp2py_export.__file__, str(limit),
+           "1" if data_prop else "0"]
+    try:
+        proc = subprocess.run(cmd, input=data, capture_output=True, timeout=INFER_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise _Crash(f"did not finish within {INFER_TIMEOUT_S:.0f} s", resources=True) from None
+    except OSError:  # no way to start a child here
+        return None
+    return _outcome((proc.returncode, proc.stdout, proc.stderr), path)
+
+
+def _outcome(done: tuple[int, bytes, bytes], path: Path) -> bytes | None:
+    """A child's (exit code or -signal, stdout, stderr) as the inferred model's bytes."""
+    code, out, err = done
     if code == 0:
         return out
     if code == 3:
@@ -744,7 +792,11 @@ def _infer_in_child(data: bytes, path: Path, data_prop: bool) -> bytes | None:
     if code == 5:
         return None
     if code == 6:
-        raise _Crash(f"needed more than {_size(limit)} of memory", resources=True)
+        raise _Crash(f"needed more than {_size(INFER_MEMORY_BYTES)} of memory beyond the model", resources=True)
+    if code == 7:
+        raise SpcError(_TOO_LARGE.format(path=path))
+    if code == _TIMED_OUT:
+        raise _Crash(f"did not finish within {INFER_TIMEOUT_S:.0f} s", resources=True)
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -763,20 +815,41 @@ def _can_fork() -> bool:
     return sys.platform == "linux" and hasattr(os, "fork") and threading.active_count() == 1
 
 
-def _forked(cpp: Any, data: bytes, data_prop: bool, limit: int) -> tuple[int, bytes, bytes]:
-    """Shape inference in a forked child: (exit code or -signal, stdout, stderr) as the
-    interpreter child reports them. Its address space may grow by ``limit`` beyond the parent's."""
-    import selectors
+_TIMED_OUT = 1000  # not an exit code: the parent killed the child at the deadline
+
+
+class _ForkedChild:
+    """A forked inference: its pid, the read ends of its stdout and stderr, its deadline."""
+
+    def __init__(self, pid: int, out_r: int, err_r: int, deadline: float) -> None:
+        self.pid, self.out_r, self.err_r, self.deadline = pid, out_r, err_r, deadline
+
+
+def _fork_inference(cpp: Any, view: Any, data_prop: bool) -> _ForkedChild:
+    """Shape inference in a forked child on the bytes ``view()`` makes there (from the child's own
+    copy of the model). Its address space may grow by INFER_MEMORY_BYTES plus four times the
+    model's bytes beyond the parent's; exit codes as the interpreter child's, and 7 when the model
+    does not serialise."""
     import time
 
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    try:  # room for an inferred model (SuperPoint's: 0.24 MB) while the parent is busy checking
+        import fcntl
+
+        fcntl.fcntl(out_w, fcntl.F_SETPIPE_SZ, 1 << 20)
+    except (ImportError, AttributeError, OSError):
+        pass
     pid = os.fork()
     if pid == 0:  # the child: never returns into the parent's stack
         code = 3
         try:
             os.close(out_r)
             os.close(err_r)
+            try:
+                data = view()
+            except Exception:  # protobuf refuses to write more than 2 GiB
+                os._exit(7)
             try:
                 import faulthandler
                 import resource
@@ -785,8 +858,9 @@ def _forked(cpp: Any, data: bytes, data_prop: bool, limit: int) -> tuple[int, by
 
                 with open("/proc/self/statm", "rb") as f:
                     size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+                limit = size + INFER_MEMORY_BYTES + 4 * len(data)
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-                resource.setrlimit(resource.RLIMIT_AS, (size + limit, size + limit))
+                resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
             except Exception:
                 pass
             try:
@@ -796,27 +870,32 @@ def _forked(cpp: Any, data: bytes, data_prop: bool, limit: int) -> tuple[int, by
             except BaseException as exc:
                 os.write(err_w, str(exc).encode(errors="replace")[:4096])
             else:
-                view = memoryview(result)
-                while view:
-                    view = view[os.write(out_w, view):]
+                view_ = memoryview(result)
+                while view_:
+                    view_ = view_[os.write(out_w, view_):]
                 code = 0
         finally:
             os._exit(code)
     os.close(out_w)
     os.close(err_w)
-    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
-    deadline = time.monotonic() + INFER_TIMEOUT_S
+    return _ForkedChild(pid, out_r, err_r, time.monotonic() + INFER_TIMEOUT_S)
+
+
+def _collect(child: _ForkedChild) -> tuple[int, bytes, bytes]:
+    """The forked child's (exit code or -signal, stdout, stderr); _TIMED_OUT once it ran past its
+    deadline (killed)."""
+    import selectors
+    import time
+
+    chunks: dict[int, list[bytes]] = {child.out_r: [], child.err_r: []}
     with selectors.DefaultSelector() as sel:
         for fd in chunks:
             sel.register(fd, selectors.EVENT_READ)
         while sel.get_map():
-            left = deadline - time.monotonic()
+            left = child.deadline - time.monotonic()
             if left <= 0:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                for fd in chunks:
-                    os.close(fd)
-                raise _Crash(f"did not finish within {INFER_TIMEOUT_S:.0f} s", resources=True)
+                _kill(child)
+                return _TIMED_OUT, b"", b""
             for key, _ in sel.select(left):
                 block = os.read(key.fd, 1 << 16)
                 if block:
@@ -825,8 +904,18 @@ def _forked(cpp: Any, data: bytes, data_prop: bool, limit: int) -> tuple[int, by
                     sel.unregister(key.fd)
     for fd in chunks:
         os.close(fd)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks[out_r]), b"".join(chunks[err_r])
+    _, status = os.waitpid(child.pid, 0)
+    return os.waitstatus_to_exitcode(status), b"".join(chunks[child.out_r]), b"".join(chunks[child.err_r])
+
+
+def _kill(child: _ForkedChild) -> None:
+    """End the child and reap it: no zombie, no open pipe left behind."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(child.pid, signal.SIGKILL)
+    os.waitpid(child.pid, 0)
+    for fd in (child.out_r, child.err_r):
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _crash_message(data: bytes, path: Path, crash: _Crash) -> str:
