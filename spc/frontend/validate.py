@@ -5,7 +5,8 @@ trust what they are given. A bad attribute can crash the process (GatherND ``bat
 segfaults onnx's shape inference), a declared size can ask for petabytes (a 1-D value of 2**62
 elements makes onnx's data propagation allocate without end), and bytes that are not UTF-8 or a
 tensor whose data does not match its dims end as Python exceptions deep inside. So, before any of
-that code runs, this module checks in plain Python, with the protobuf fields only:
+that code runs in the compiler's process, this module checks in plain Python, with the protobuf
+fields only:
 
 * the file: it exists, is a file, fits a protobuf, parses; external data stays in the model's
   folder, exists and covers the bytes it claims (read here, not by onnx's loader);
@@ -16,11 +17,12 @@ that code runs, this module checks in plain Python, with the protobuf fields onl
   onnx or spc, within its meaning (:data:`_ATTR_RULES`); the model's IR and opset versions fit
   the C ints onnx keeps them in.
 
-Then onnx's checker runs node by node, and onnx's shape inference runs on what passed, without the
-data of large float weights (:func:`_shape_view`). For a file (``import_onnx``) inference runs in a
-child process with memory and time limits: a crash that our checks did not foresee ends as one
-error line naming the node (found by bisection), never as a dead compiler. Every failure is one
-:class:`SpcError` naming the file, the node and what to do.
+Then onnx's checker runs node by node, and onnx's shape inference runs without the data of large
+float weights (:func:`_shape_view`). For a file (``import_onnx``) inference runs in a child process
+with memory and time limits, started while the checks run (:class:`Inference`; a refusal ends it):
+a crash that our checks did not foresee ends as one error line naming the node (found by
+bisection), never as a dead compiler. Every failure is one :class:`SpcError` naming the file, the
+node and what to do.
 """
 
 from __future__ import annotations
