@@ -323,6 +323,57 @@ except ChildProcessError:
     assert done.returncode == 0 and done.stdout.strip() == "reaped", done.stderr
 
 
+def test_an_inference_that_finished_during_slow_checks_is_not_taken_for_a_slow_one(tmp_path: Path) -> None:
+    """The inference's time limit counts from when the importer waits for it, not from the fork:
+    checks that take longer than the limit do not turn a finished inference into a timeout (and a
+    second inference without data propagation). In a fresh process, where spc forks."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["y"])]
+    path = write(tmp_path, model(nodes, [vi("x", [2, 3])], [vi("y", None)]))
+    code = f"""
+import time
+from spc.frontend import onnx_import, validate
+validate.INFER_TIMEOUT_S = 1.0
+checks = validate.onnx_check_nodes
+validate.onnx_check_nodes = lambda *a: (time.sleep(1.5), checks(*a))
+again = []
+infer = validate._infer_in_child
+validate._infer_in_child = lambda *a: (again.append(a[2]), infer(*a))[1]
+g = onnx_import.import_onnx(__import__("pathlib").Path({str(path)!r}))
+assert not again, again
+print(g.outputs[0].type)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "f32[2,3]", done.stderr
+
+
+def test_an_interrupted_wait_ends_the_inference_child(tmp_path: Path) -> None:
+    """Ctrl-C while the importer waits for the inference: the child is ended and reaped, its pipes
+    closed. In a fresh process, where spc forks."""
+    path = write(tmp_path, conv())
+    code = f"""
+import os, selectors
+from spc.frontend import onnx_import, validate
+def interrupted(self, timeout=None):
+    raise KeyboardInterrupt
+selectors.DefaultSelector.select = interrupted
+pids = []
+fork = validate._fork_inference
+validate._fork_inference = lambda *a: (lambda c: (pids.append(c.pid), c)[1])(fork(*a))
+before = set(os.listdir("/proc/self/fd"))
+try:
+    onnx_import.import_onnx(__import__("pathlib").Path({str(path)!r}))
+except KeyboardInterrupt:
+    pass
+assert len(pids) == 1 and set(os.listdir("/proc/self/fd")) <= before, (pids, os.listdir("/proc/self/fd"))
+try:
+    os.waitpid(pids[0], os.WNOHANG)
+except ChildProcessError:
+    print("reaped")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "reaped", done.stderr
+
+
 def test_a_node_reading_a_missing_input(tmp_path: Path) -> None:
     m = model([helper.make_node("Add", ["x", "nope"], ["y"], name="add")], [vi("x", [4])], [vi("y", None)])
     message = refused(write(tmp_path, m))

@@ -96,14 +96,17 @@ def test_the_parts_are_onnx_s_own_modules_once_onnx_is_imported() -> None:
 
 
 def test_onnx_imported_after_the_parts_works_and_shares_them(tmp_path: Path) -> None:
-    """A fresh process: the parts alone (onnx's package not run), then ``import onnx``: the same
-    modules, bound to the package, and onnx's own checker, inference, schemas and helpers work."""
+    """A fresh process: the parts alone (onnx's package not run), a probe that finds onnx, then
+    ``import onnx``: the same modules, bound to the package, and onnx's own checker, inference,
+    schemas and helpers work."""
     code = """
 import sys
 from spc.frontend import onnx_proto
 cpp, pb = onnx_proto.cpp(), onnx_proto.messages()
 assert "onnx" not in sys.modules, "onnx's package ran"
 assert cpp.defs.get_schema("Conv", 18, "").name == "Conv"
+import importlib.util
+assert importlib.util.find_spec("onnx") is not None  # a library probing for onnx imports nothing
 import onnx
 from onnx import helper, numpy_helper
 assert onnx.onnx_cpp2py_export is cpp and onnx.onnx_ml_pb2 is pb and onnx.ModelProto is pb.ModelProto

@@ -63,16 +63,21 @@ def _parts() -> dict[str, ModuleType]:
 class _BindOnImport:
     """When onnx's package is imported after its parts were loaded here, set them as its
     attributes before its ``__init__`` runs: the import system binds a submodule to its package
-    only when it loads the submodule itself, and ``onnx.onnx_cpp2py_export`` is read as one."""
+    only when it loads the submodule itself, and ``onnx.onnx_cpp2py_export`` is read as one. It
+    leaves ``sys.meta_path`` once the package has loaded (a probe that only finds it, or an import
+    that fails, leaves it in place)."""
 
     def __init__(self, parts: dict[str, ModuleType]) -> None:
-        self.parts = parts
+        self.parts, self.finding = parts, False
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != "onnx":
+        if fullname != "onnx" or self.finding:
             return None
-        sys.meta_path.remove(self)  # once: the package is imported once
-        spec = importlib.util.find_spec(fullname)  # as the other finders would have found it
+        self.finding = True  # the other finders' answer, without asking this one again
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self.finding = False
         if spec is None or spec.loader is None:
             return spec
         run, parts = spec.loader.exec_module, self.parts
@@ -81,6 +86,8 @@ class _BindOnImport:
             for part, loaded in parts.items():
                 setattr(module, part, loaded)
             run(module)
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]  # this spec's loader only
         return spec
@@ -98,9 +105,12 @@ def cpp() -> Any:
 
 def onnx_version() -> str:
     """The installed onnx's version, for messages (read from its metadata: ~15 ms, errors only)."""
-    from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
-    return version("onnx")
+    try:
+        return version("onnx")
+    except PackageNotFoundError:  # installed without its metadata
+        return "(version unknown)"
 
 
 # numpy types by ONNX element type, for the types spc takes (spc.ir.types._ONNX without BFLOAT16)

@@ -717,7 +717,10 @@ class Inference:
     def start(model: Any) -> Inference | None:
         if not _can_fork():
             return None
-        return Inference(_fork_inference(onnx_proto.cpp(), lambda: _shape_view(model, restore=False), True))
+        try:
+            return Inference(_fork_inference(onnx_proto.cpp(), lambda: _shape_view(model, restore=False), True))
+        except OSError:  # no child now: infer_shapes tries again, then runs it here
+            return None
 
     def result(self) -> tuple[int, bytes, bytes]:
         assert self.child is not None, "an inference's result is taken once"
@@ -770,7 +773,12 @@ def _infer_in_child(model: Any, path: Path, data_prop: bool) -> bytes | None:
     onnx_cpp2py_export = onnx_proto.cpp()
     if _can_fork():
         view = (lambda: model) if isinstance(model, bytes) else (lambda: _shape_view(model, restore=False))
-        return _outcome(_collect(_fork_inference(onnx_cpp2py_export, view, data_prop)), path)
+        try:
+            child = _fork_inference(onnx_cpp2py_export, view, data_prop)
+        except OSError:  # no fork now: a new interpreter below, or in this process
+            pass
+        else:
+            return _outcome(_collect(child), path)
     data = model if isinstance(model, bytes) else _view_bytes(model, path)
     limit = INFER_MEMORY_BYTES + 4 * len(data)
     cmd = [sys.executable, "-I", "-S", "-c", _CHILD, onnx_cpp2py_export.__file__, str(limit),
@@ -821,19 +829,25 @@ _TIMED_OUT = 1000  # not an exit code: the parent killed the child at the deadli
 
 
 class _ForkedChild:
-    """A forked inference: its pid, the read ends of its stdout and stderr, its deadline."""
+    """A forked inference: its pid and the read ends of its stdout and stderr, each closed and the
+    child reaped once (a closed descriptor's number may be another file's by then)."""
 
-    def __init__(self, pid: int, out_r: int, err_r: int, deadline: float) -> None:
-        self.pid, self.out_r, self.err_r, self.deadline = pid, out_r, err_r, deadline
+    def __init__(self, pid: int, out_r: int, err_r: int) -> None:
+        self.pid, self.out_r, self.err_r = pid, out_r, err_r
+        self.open, self.reaped = [out_r, err_r], False
+
+    def close(self) -> None:
+        for fd in self.open:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.open = []
 
 
 def _fork_inference(cpp: Any, view: Any, data_prop: bool) -> _ForkedChild:
     """Shape inference in a forked child on the bytes ``view()`` makes there (from the child's own
     copy of the model). Its address space may grow by INFER_MEMORY_BYTES plus four times the
     model's bytes beyond the parent's; exit codes as the interpreter child's, and 7 when the model
-    does not serialise."""
-    import time
-
+    does not serialise. OSError when no child can be forked (its pipes closed)."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:  # room for an inferred model (SuperPoint's: 0.24 MB) while the parent is busy checking
@@ -842,7 +856,12 @@ def _fork_inference(cpp: Any, view: Any, data_prop: bool) -> _ForkedChild:
         fcntl.fcntl(out_w, fcntl.F_SETPIPE_SZ, 1 << 20)
     except (ImportError, AttributeError, OSError):
         pass
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # no memory or process left for a child
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
+        raise
     if pid == 0:  # the child: never returns into the parent's stack
         code = 3
         try:
@@ -880,44 +899,52 @@ def _fork_inference(cpp: Any, view: Any, data_prop: bool) -> _ForkedChild:
             os._exit(code)
     os.close(out_w)
     os.close(err_w)
-    return _ForkedChild(pid, out_r, err_r, time.monotonic() + INFER_TIMEOUT_S)
+    return _ForkedChild(pid, out_r, err_r)
 
 
 def _collect(child: _ForkedChild) -> tuple[int, bytes, bytes]:
-    """The forked child's (exit code or -signal, stdout, stderr); _TIMED_OUT once it ran past its
-    deadline (killed)."""
+    """The forked child's (exit code or -signal, stdout, stderr); _TIMED_OUT once it ran
+    INFER_TIMEOUT_S past the call (killed: the time counts from here, not from the fork, so that a
+    child that finished while the importer checked is never taken for a slow one). Whatever
+    interrupts the wait (Ctrl-C) ends the child too."""
     import selectors
     import time
 
     chunks: dict[int, list[bytes]] = {child.out_r: [], child.err_r: []}
-    with selectors.DefaultSelector() as sel:
-        for fd in chunks:
-            sel.register(fd, selectors.EVENT_READ)
-        while sel.get_map():
-            left = child.deadline - time.monotonic()
-            if left <= 0:
-                _kill(child)
-                return _TIMED_OUT, b"", b""
-            for key, _ in sel.select(left):
-                block = os.read(key.fd, 1 << 16)
-                if block:
-                    chunks[key.fd].append(block)
-                else:
-                    sel.unregister(key.fd)
-    for fd in chunks:
-        os.close(fd)
-    _, status = os.waitpid(child.pid, 0)
+    deadline = time.monotonic() + INFER_TIMEOUT_S
+    try:
+        with selectors.DefaultSelector() as sel:
+            for fd in chunks:
+                sel.register(fd, selectors.EVENT_READ)
+            while sel.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    _kill(child)
+                    return _TIMED_OUT, b"", b""
+                for key, _ in sel.select(left):
+                    block = os.read(key.fd, 1 << 16)
+                    if block:
+                        chunks[key.fd].append(block)
+                    else:
+                        sel.unregister(key.fd)
+        child.close()
+        _, status = os.waitpid(child.pid, 0)
+        child.reaped = True
+    except BaseException:
+        _kill(child)
+        raise
     return os.waitstatus_to_exitcode(status), b"".join(chunks[child.out_r]), b"".join(chunks[child.err_r])
 
 
 def _kill(child: _ForkedChild) -> None:
-    """End the child and reap it: no zombie, no open pipe left behind."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(child.pid, signal.SIGKILL)
-    os.waitpid(child.pid, 0)
-    for fd in (child.out_r, child.err_r):
-        with contextlib.suppress(OSError):
-            os.close(fd)
+    """End the child and reap it: no zombie, no open pipe left behind (whoever reaped it first)."""
+    if not child.reaped:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):  # reaped already (SIGCHLD ignored, a handler)
+            os.waitpid(child.pid, 0)
+        child.reaped = True
+    child.close()
 
 
 def _crash_message(data: bytes, path: Path, crash: _Crash) -> str:

@@ -42,6 +42,8 @@ class TrialValues:
     def integers(self, low: int, high: int, shape: int | tuple[int, ...] = ()) -> np.ndarray:
         """Uniform int64 in [low, high) (a 64-bit word modulo the range: the bias is below 2**-40
         for the ranges a trial asks for)."""
+        if high <= low:
+            raise ValueError(f"integers: an empty range [{low}, {high})")
         n = math.prod(shape) if isinstance(shape, tuple) else int(shape)
         return (np.int64(low) + (self._words(n, 64) % np.uint64(high - low)).astype(np.int64)).reshape(shape)
 
