@@ -290,10 +290,27 @@ def test_data_propagation_that_exhausts_memory_falls_back(tmp_path: Path, monkey
     assert "value q (from node range (Range)): shape [4611686018427387904]" in message
 
 
+# the forked-inference tests run in a new interpreter: a test worker may hold threads, where spc
+# does not fork. _REAPED prints "reaped" when the child ``pid`` is gone, not a zombie.
+_REAPED = """
+try:
+    os.waitpid(pid, os.WNOHANG)
+except ChildProcessError:
+    print("reaped")
+"""
+
+
+def in_fresh_process(code: str) -> str:
+    """What ``code`` prints, run by a new interpreter; it must exit cleanly."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 def test_a_refusal_ends_the_inference_started_beside_the_checks(tmp_path: Path) -> None:
     """The importer starts onnx's inference in a forked child before its own checks
     (validate.Inference); when a check refuses the model, its refusal is the error and the child
-    is ended and reaped. In a fresh process: a test worker may hold threads, where spc does not fork."""
+    is ended and reaped."""
     nodes = [helper.make_node("Relu", ["x"], ["y"], name="a"), helper.make_node("Relu", ["x"], ["y"], name="b")]
     path = write(tmp_path, model(nodes, [vi("x", [4])], [vi("y", None)]))
     code = f"""
@@ -314,19 +331,15 @@ except SpcError as exc:
 else:
     sys.exit("not refused")
 assert len(ended) == 1, ended
-try:
-    os.waitpid(ended[0], os.WNOHANG)
-except ChildProcessError:
-    print("reaped")
+pid = ended[0]
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    assert done.returncode == 0 and done.stdout.strip() == "reaped", done.stderr
+    assert in_fresh_process(code + _REAPED) == "reaped"
 
 
 def test_an_inference_that_finished_during_slow_checks_is_not_taken_for_a_slow_one(tmp_path: Path) -> None:
     """The inference's time limit counts from when the importer waits for it, not from the fork:
     checks that take longer than the limit do not turn a finished inference into a timeout (and a
-    second inference without data propagation). In a fresh process, where spc forks."""
+    second inference without data propagation)."""
     nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["y"])]
     path = write(tmp_path, model(nodes, [vi("x", [2, 3])], [vi("y", None)]))
     code = f"""
@@ -342,13 +355,12 @@ g = onnx_import.import_onnx(__import__("pathlib").Path({str(path)!r}))
 assert not again, again
 print(g.outputs[0].type)
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    assert done.returncode == 0 and done.stdout.strip() == "f32[2,3]", done.stderr
+    assert in_fresh_process(code) == "f32[2,3]"
 
 
 def test_an_interrupted_wait_ends_the_inference_child(tmp_path: Path) -> None:
     """Ctrl-C while the importer waits for the inference: the child is ended and reaped, its pipes
-    closed. In a fresh process, where spc forks."""
+    closed."""
     path = write(tmp_path, conv())
     code = f"""
 import os, selectors
@@ -365,13 +377,9 @@ try:
 except KeyboardInterrupt:
     pass
 assert len(pids) == 1 and set(os.listdir("/proc/self/fd")) <= before, (pids, os.listdir("/proc/self/fd"))
-try:
-    os.waitpid(pids[0], os.WNOHANG)
-except ChildProcessError:
-    print("reaped")
+pid = pids[0]
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    assert done.returncode == 0 and done.stdout.strip() == "reaped", done.stderr
+    assert in_fresh_process(code + _REAPED) == "reaped"
 
 
 def test_a_node_reading_a_missing_input(tmp_path: Path) -> None:
