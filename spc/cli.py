@@ -197,6 +197,9 @@ def export(output: Path, height: int, width: int, channels: int, batch: int, wei
               help="print every candidate of a rewrite rule or fusion, how far it matched and why it stopped "
                    "(names: --list-passes); writes a plan only with -o")
 @click.option("--list-passes", is_flag=True, help="list the pipeline (and what --explain can name) and exit")
+@click.option("--no-verify", "no_verify", is_flag=True,
+              help="write the plan without checking it against the model (default: the plan is run on a seeded "
+                   "image and compared with the model's own meaning first; the manifest says which)")
 @click.option("--overwrite", is_flag=True,
               help="replace an existing plan, and earlier dumps in --dump-dir (default: refuse)")
 @_JSON
@@ -206,7 +209,7 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
              calib: Path | None, min_f1: float | None, min_desc_pcc: float | None, target: str,
              memory_config: tuple[str, ...], dense: bool, keypoint_capacity: int | None, kernels: str,
              input_shape: str | None, batch: str, max_latency_ms: float | None, explain: str | None,
-             list_passes: bool, overwrite: bool, as_json: bool) -> None:
+             list_passes: bool, no_verify: bool, overwrite: bool, as_json: bool) -> None:
     """Compile an ONNX model into a .ttplan."""
     from spc import console
     from spc.compiler import AutoPrecision, compile_onnx
@@ -255,7 +258,7 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
             else PrecisionPlan("accurate" if precision in (None, "auto") else precision))
     options = dict(nms_single_pass=nms_single_pass, target=target, precision=plan,
                    memory=MemoryOverrides.from_cli(memory_config), dense=dense, keypoint_capacity=keypoint_capacity,
-                   kernels=kernels == "on", input_shape=_shape_option(input_shape))
+                   kernels=kernels == "on", input_shape=_shape_option(input_shape), verify=not no_verify)
     searched = None
     if images is None:  # --batch auto: every size compiled, the best kept
         from spc.compiler import choose_batch

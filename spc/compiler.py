@@ -44,6 +44,7 @@ from spc.ttnn.targets import DEFAULT_TARGET, Target, get_target
 
 if TYPE_CHECKING:
     from spc.tuning.thresholds import Thresholds
+    from spc.validation.translation import Source, Verdict
 
 
 def _thresholds() -> Thresholds:
@@ -221,19 +222,74 @@ def explainer_for(name: str | None, pipeline: list[Pass]) -> Explainer | None:
     return Explainer(frozenset({name}))
 
 
-def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, print_ir: bool = False,
+class _Departed(Exception):
+    """The validation found the plan departing from the source at a fusion: compile again without it."""
+
+    def __init__(self, fusion: str, note: str) -> None:
+        self.fusion, self.note = fusion, note
+
+
+def compile_onnx(src: Path, out: Path | None, *, verify: bool = True, **options: Any) -> CompileResult:
+    """Compile ``src`` (options: :func:`compile_once`'s). With ``verify`` the plan is validated
+    against the source before it is written (validation/translation.py); a fusion whose plan
+    departs is dropped, with a note, and the model compiled again without it."""
+    unfused: dict[str, str] = {}
+    notes: list[str] = []
+    while True:
+        try:
+            result = compile_once(src, out, verify=verify, unfused=unfused, **options)
+        except _Departed as d:
+            if d.fusion in unfused:  # dropping it changed nothing: not the fusion's doing
+                raise SpcError(f"{src}: spc bug: {d.note}; report it with the dump from --dump-dir "
+                               "(--no-verify writes the plan regardless)") from None
+            unfused = {**unfused, d.fusion: d.note}
+            notes.append(f"validation: {d.note}; {d.fusion} dropped, its region compiled op by op")
+            continue
+        result.notes[:0] = notes
+        return result
+
+
+def _validate(src: Path, snap: Source, g: Graph, program: Program, tensors: dict[str, np.ndarray],
+              pipeline: list[Pass], records: list[PassRecord]) -> Verdict:
+    """The plan against its source (validation/translation.py); a departure raises :class:`_Departed`
+    naming the fusion to drop, or refuses the model when no fusion made it."""
+    from spc.validation.translation import COMPACT, culprit, validate
+
+    approximated = [v for r in records for v in r.stats.get("approximated", [])]
+    verdict = validate(snap, g, program, tensors, approximated)
+    d = verdict.departure
+    if d is None:
+        return verdict
+    fusions = {op: p.name for p in pipeline for op in p.creates}
+    fusion = culprit(d, g, fusions, verdict)
+    if fusion is None:
+        raise SpcError(f"{src}: spc bug: the plan departs from the model at {d}; no fusion made it, so the "
+                       f"lowering of node {d.node} is wrong: report it with the dump from --dump-dir "
+                       "(--no-verify writes the plan regardless)")
+    what = "the compact keypoint read-back" if fusion == COMPACT else f"the plan with {fusion}"
+    raise _Departed(fusion, f"{what} departs from the model at {d}")
+
+
+def compile_once(src: Path, out: Path | None, *, dump_dir: Path | None = None, print_ir: bool = False,
                  stop_after: str | None = None, nms_single_pass: bool = False, target: str = DEFAULT_TARGET,
                  precision: PrecisionPlan | None = None, auto: AutoPrecision | None = None,
                  memory: MemoryOverrides | None = None, dense: bool = False,
                  keypoint_capacity: int | None = None, kernels: bool = False,
                  input_shape: list[int] | None = None, explain: str | None = None, batch: int = 1,
-                 batch_search: list[dict] | None = None) -> CompileResult:
-    """Compile ``src``; with ``auto``, search the precision plan on calibration inputs first
-    (tuning/precision_search.py: needs torch and onnxruntime, unlike the rest of compile)."""
+                 batch_search: list[dict] | None = None, verify: bool = True,
+                 unfused: dict[str, str] | None = None) -> CompileResult:
+    """Compile ``src`` once; with ``auto``, search the precision plan on calibration inputs first
+    (tuning/precision_search.py: needs torch and onnxruntime, unlike the rest of compile).
+    ``unfused``: fusions not run (what the validation found of each)."""
+    from spc.validation.translation import COMPACT, snapshot
+
     chip = get_target(target)
     source = read_source(src, input_shape=input_shape)  # the manifest's hash is of the bytes imported
     g = source.graph
     check_input(g, src)
+    unfused = unfused or {}
+    snap = snapshot(g) if verify and stop_after is None and out is not None else None
+    compact_dropped = COMPACT in unfused
     instruments: list[Instrument] = []
     if dump_dir is not None:
         instruments.append(DumpDir(dump_dir))
@@ -242,7 +298,8 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
     precision = precision or PrecisionPlan()
     memory = memory or MemoryOverrides()
     pipeline = default_pipeline(_batch(g, src, batch))
-    ctx = PassContext(PipelineOptions(precision=precision, nms_single_pass=nms_single_pass),
+    ctx = PassContext(PipelineOptions(precision=precision, nms_single_pass=nms_single_pass,
+                                      unfused={k: v for k, v in unfused.items() if k != COMPACT}),
                       explainer=explainer_for(explain, pipeline))
     pm = PassManager(pipeline, instruments, stop_after=stop_after)
     pm.run(g, ctx)
@@ -254,7 +311,7 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
     if stop_after is not None or out is None:
         pm.close(g)
         return result
-    lowering = Lowering(src, chip, memory, dense, keypoint_capacity, kernels)
+    lowering = Lowering(src, chip, memory, dense or compact_dropped, keypoint_capacity, kernels)
     search_report = None
     if auto is not None:
         from spc.tuning.precision_search import search
@@ -281,6 +338,7 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
 
     pm.stage("choose-memory-config", g, choose_memory)
     pm.close(g)
+    verdict = _validate(src, snap, g, program, tensors, pipeline, pm.records) if snap is not None else None
     metadata = model_metadata(source.metadata, ctx.notes)
     device_macs = sum(macs(n) for n in g.nodes if n.placement is Placement.DEVICE)
     host_macs = sum(macs(n) for n in g.nodes if n.placement is not Placement.DEVICE)
@@ -293,6 +351,8 @@ def compile_onnx(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
                     "precision": precision.describe(),
                     "memory_config": memory.describe(), "dense": dense, "keypoint_capacity": keypoint_capacity,
                     "kernels": kernels},
+        # what the validation compared (validation/translation.py), or that --no-verify skipped it
+        "validation": verdict.manifest() if verdict is not None else "skipped (--no-verify)",
         "precision_search": search_report,
         "batch_search": batch_search,  # --batch auto: each batch size tried (choose_batch)
         "model_metadata": metadata,  # the source's metadata_props (spc export: where the weights came from)

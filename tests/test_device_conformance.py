@@ -117,8 +117,6 @@ CASES = kept_device_cases()
 
 
 def run_on_device(case, parameters_from: int) -> list[np.ndarray]:
-    from spc.runtime.runner import _host_value
-
     model, inputs = with_constant_parameters(case, parameters_from)
     g = import_model(model, Path(case.name + ".onnx"), "case")
     for n in g.nodes:
@@ -129,7 +127,7 @@ def run_on_device(case, parameters_from: int) -> list[np.ndarray]:
     dev_in = {t.name: t.layout.to_device(feeds[t.name].astype(np.float32)) for t in program.device_inputs}
     by_name = {t.name: t for t in program.device_outputs}
     got = prepared.run(dev_in, [o.name for o in g.outputs])
-    return [_host_value(by_name[o.name], got[o.name]) for o in g.outputs]
+    return [by_name[o.name].to_host(got[o.name]) for o in g.outputs]
 
 
 def test_there_are_device_cases() -> None:

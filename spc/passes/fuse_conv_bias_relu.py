@@ -62,6 +62,7 @@ class FuseConvBiasRelu(Pass):
     summary = "Conv + bias + Relu -> spc.Conv2d"
     requires = ("fold-batchnorm",)
     explains = (name, *(r.name for r in RULES))
+    creates = ("spc.Conv2d",)
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
         counts = apply_rules(g, RULES, explain=ctx.explainer, pass_name=self.name)

@@ -682,6 +682,7 @@ class FuseKeypoints(Pass):
     summary = "recognise the host post-processing as SuperPoint keypoint extraction (one op)"
     requires = ("partition-host-device",)
     explains = (name,)
+    creates = ("spc.Keypoints",)
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
         post = [n for n in g.nodes if n.placement is Placement.HOST_POST]

@@ -119,6 +119,7 @@ class FuseL2Norm(Pass):
     summary = "x / max(||x||, eps) -> spc.L2Norm"
     requires = ("simplify-shapes",)
     explains = (name,)
+    creates = ("spc.L2Norm",)
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
         fused, tried = 0, []

@@ -102,6 +102,7 @@ class FuseScoreFold(Pass):
     summary = "softmax + dustbin drop + depth-to-space -> spc.ScoreFold"
     requires = ("simplify-shapes",)
     explains = (name,)
+    creates = ("spc.ScoreFold",)
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
         fused, tried, returned = 0, [], []

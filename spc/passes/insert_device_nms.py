@@ -176,9 +176,10 @@ class InsertDeviceNms(Pass):
     summary = "recognise the NMS subgraph by its semantics and replace it with spc.Nms"
     requires = ("fuse-score-fold",)
     explains = (name,)
+    creates = ("spc.Nms",)
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
-        fused, found_rounds, tried = 0, [], []
+        fused, found_rounds, tried, approximated = 0, [], [], []
         for entry in [v for v in list(g.values()) if v.type.dtype.is_float and v.type.is_static]:
             if entry.type.rank < 2 or not entry.uses or (entry.producer and entry.producer not in g.nodes):
                 continue
@@ -202,13 +203,17 @@ class InsertDeviceNms(Pass):
             if rounds_used != rounds:
                 ctx.note(f"insert-device-nms: single-pass NMS replaces the source's {rounds} suppression "
                          "round(s); results differ on ties and near-peaks: measure with `spc check`")
-            fuse_region(g, nodes, exit, "spc.Nms", [entry], {"radius": radius, "iterations": rounds_used}, "nms")
+            node = fuse_region(g, nodes, exit, "spc.Nms", [entry], {"radius": radius, "iterations": rounds_used}, "nms")
+            if rounds_used != rounds:  # what the compile's validation holds to this op's meaning, not the source's
+                approximated.append(node.output.name)
             if attempt:
                 attempt.fired(f"%{exit.name} = spc.Nms(radius {radius}, {rounds} round(s)) over {len(nodes)} node(s)")
             fused += 1
             found_rounds.append(rounds)
             tried.pop()
         stats: dict = {"fused": fused, "source_rounds": found_rounds}
+        if approximated:
+            stats["approximated"] = approximated
         if not fused:
             stats["why_not"] = (f"the region after {', '.join(tried)} equals NMS for no number of rounds up to "
                                 f"{MAX_ROUNDS}" if tried

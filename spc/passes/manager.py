@@ -58,6 +58,9 @@ class PipelineOptions(Struct, frozen=True):
 
     precision: PrecisionPlan = field(default_factory=PrecisionPlan)  # choose-precision
     nms_single_pass: bool = False  # insert-device-nms: one suppression round instead of the source's
+    # fusions that do not run: the compile's validation found their plan departing from the source
+    # (compiler.py), so their regions are lowered op by op; each with the departure, for the record
+    unfused: dict[str, str] = field(default_factory=dict)
 
 
 class PassContext(Struct):
@@ -82,6 +85,8 @@ class Pass:
     requires: ClassVar[tuple[str, ...]] = ()
     # what `--explain` can name in this pass: its rules, or the pass itself for a recogniser
     explains: ClassVar[tuple[str, ...]] = ()
+    # the ops a fusion makes: a departure the validation finds at one of them is this pass's
+    creates: ClassVar[tuple[str, ...]] = ()
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
         raise NotImplementedError
@@ -164,7 +169,10 @@ class PassManager:
         before = g.op_counts()
         t0 = time.perf_counter()
         try:
-            result = p.run(g, ctx)
+            if p.name in ctx.options.unfused:
+                result = PassResult(False, {"fused": 0, "why_not": f"dropped: {ctx.options.unfused[p.name]}"})
+            else:
+                result = p.run(g, ctx)
             # a pass that left the IR as it was cannot have broken it (MLIR skips these too)
             if self.verify_each and result.modified:
                 verify(g)

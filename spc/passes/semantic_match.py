@@ -68,10 +68,19 @@ def grow_region(g: Graph, entry: Value, allowed: set[str]) -> Region:
         chosen.append(n)
         inside.add(id(n))
         reach.update(id(o) for o in n.outputs)
-    # constant-only helpers that feed the region (e.g. an unfolded zeros_like)
-    helpers = [n for n in g.nodes if n.outputs and id(n.outputs[0]) in const_only
-               and any(id(u) in inside for o in n.outputs for u, _ in o.uses)]
-    nodes = sorted(chosen + [h for h in helpers if id(h) not in inside], key=lambda n: order[id(n)])
+    # constant-only helpers that feed the region (e.g. an unfolded zeros_like), with the
+    # constant-only nodes they read in turn (a Cast of a Not of a map-sized mask too large to fold)
+    helpers: dict[int, Node] = {}
+    stack = [n for n in g.nodes if n.outputs and id(n.outputs[0]) in const_only
+             and any(id(u) in inside for o in n.outputs for u, _ in o.uses)]
+    while stack:
+        h = stack.pop()
+        if id(h) in helpers or id(h) in inside:
+            continue
+        helpers[id(h)] = h
+        stack.extend(v.producer for v in h.inputs if v is not None and v.producer is not None
+                     and id(v) in const_only)
+    nodes = sorted(chosen + list(helpers.values()), key=lambda n: order[id(n)])
     return Region(entry, nodes)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from msgspec import Struct, field
 
+from spc.ir.types import DType
 from spc.records import asdict
 from spc.ttnn.configs import ComputeConfig, Conv2dConfig, PageLayout
 from spc.ttnn.formats import DataFormat
@@ -115,6 +116,14 @@ class DeviceTensor(Struct):
     @property
     def layout(self) -> Layout:
         return layout_of(self.form, self.shape)
+
+    def to_host(self, y: np.ndarray) -> np.ndarray:
+        """The device result ``y`` as the IR value it holds: its shape, its element type (0/1 -> bool)."""
+        x = self.layout.from_device(y, self.shape)
+        dtype = DType(self.dtype)
+        if dtype is DType.BOOL:
+            return x != 0
+        return x.astype(np.float32 if dtype is DType.BF16 else dtype.numpy, copy=False)
 
 
 class DeviceConstant(Struct):

@@ -15,7 +15,7 @@ from spc.errors import SpcError
 from spc.ir.ops.keypoints import KeypointOverflow
 from spc.ir.types import DType
 from spc.plan.io import Plan
-from spc.plan.program import DeviceTensor, TensorSpec
+from spc.plan.program import TensorSpec
 from spc.runtime.backend import get_backend
 from spc.runtime.host import run_host
 from spc.ttnn.targets import DEFAULT_TARGET, TARGETS
@@ -45,15 +45,6 @@ def _stacked(arrays: list[np.ndarray]) -> np.ndarray:
         return np.stack(arrays)
     size = [max(a.shape[i] for a in arrays) for i in range(1, arrays[0].ndim)]
     return np.concatenate([np.pad(a, [(0, 0), *[(0, n - m) for n, m in zip(size, a.shape[1:])]]) for a in arrays])
-
-
-def _host_value(t: DeviceTensor, y: np.ndarray) -> np.ndarray:
-    """A device result as the IR value it holds: its shape, and its element type (0/1 -> bool)."""
-    x = t.layout.from_device(y, t.shape)
-    dtype = DType(t.dtype)
-    if dtype is DType.BOOL:
-        return x != 0
-    return x.astype(np.float32 if dtype is DType.BF16 else dtype.numpy, copy=False)
 
 
 def _check_output(spec: TensorSpec, value: np.ndarray) -> None:
@@ -113,7 +104,7 @@ class Runner:
         fallback: list[dict[str, np.ndarray]] = []
         for k, env in enumerate(envs):  # each chip's results through host-post
             for t in p.device_outputs:
-                env[t.name] = _host_value(t, got[k][t.name])
+                env[t.name] = t.to_host(got[k][t.name])
             try:
                 run_host(p.host_post, env, self.plan.weights)
             except KeypointOverflow:
@@ -123,7 +114,7 @@ class Runner:
                 if not fallback:
                     fallback = self._parts(self.device.run(dev_in, [t.name for t in p.fallback_outputs]))
                 for t in p.fallback_outputs:
-                    env[t.name] = _host_value(t, fallback[k][t.name])
+                    env[t.name] = t.to_host(fallback[k][t.name])
                 run_host(p.fallback_post, env, self.plan.weights)
         t3 = time.perf_counter()
         seconds.update(host_pre=t1 - t0, device=t2 - t1, host_post=t3 - t2)

@@ -1,0 +1,314 @@
+"""Translation validation: before a plan is written, its program is run and compared with the
+source graph's own meaning, at the model's own shapes.
+
+Two runs on one seeded image, both numpy:
+
+* the source: the imported graph as the frontend made it, before any pass (:func:`snapshot`),
+  by the IR's interpreter (ir/interpreter.py: each op's one meaning);
+* the plan: its host stages by the same interpreter and its device calls by what ttnn defines
+  them to compute (runtime/reference.py, ttnn/semantics.py), float32 without storage rounding:
+  the exact configuration, so that any difference is the translation's, not the device's.
+
+The convolutions, nearly all of the arithmetic, are cut: each convolution's result is a seeded
+map given to both runs under its IR value's name (the source graph's name: the fused conv keeps
+the value it replaced), and only what the compared tensors need is computed. What is compared is
+every tensor the device stage holds for a source value (``Program.values``), in program order,
+then the plan's outputs after its host stage. The first tensor that differs is the departure;
+the compiler drops the fusion that made it (compiler.py) or, with none to drop, refuses.
+
+Before::
+
+    source:  %l = Conv(...); %p = Softmax(%l); ... %s = Reshape(...)   (what the model computes)
+    plan:    ttnn.conv2d -> %l; ttnn.softmax; ttnn.slice; ...; %s      (what the plan computes)
+
+After: a :class:`Verdict`, e.g. ``departed at %s (spc.ScoreFold score_fold): max |diff| 0.98``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Mapping
+
+import numpy as np
+from msgspec import Struct, field
+from msgspec.structs import replace
+
+from spc.errors import SpcError
+from spc.ir.graph import Graph, Node
+from spc.ir.interpreter import MissingValue, NodeFailed, Step, run
+from spc.ir.ops.keypoints import KeypointOverflow
+from spc.ir.types import DType
+from spc.passes.trial_values import TrialValues
+from spc.plan.program import DeviceTensor, Program, TtOp
+from spc.runtime.host import run_host
+from spc.runtime.reference import flat_ops, needed, run_device
+from spc.ttnn.configs import Activation
+from spc.ttnn.layout import DeviceLayout
+
+RTOL, ATOL = 1e-3, 1e-4  # on values scaled to their largest magnitude: summation order, not translation
+DISCRETE_SLACK = 0.01  # masks, indices, keypoints: the share of elements that may differ (near-ties)
+
+
+class Source(Struct):
+    """The imported graph's meaning, taken before the passes change the graph: its nodes as the
+    interpreter runs them, keyed by value name (unique in an imported graph)."""
+
+    steps: tuple[Step, ...]
+    constants: dict[str, np.ndarray]
+    inputs: list[str]
+    outputs: list[str]
+    shapes: dict[str, tuple[int, ...] | None]
+
+    def with_meanings(self, steps: list[Step]) -> Source:
+        """This source with ``steps`` computing their outputs in place of the source's nodes: an
+        approximation the user chose (``--nms-single-pass``) is held to its op's own meaning."""
+        by_output = {o: s for s in steps for o in s.outputs}
+        placed = [by_output.get(s.outputs[0], s) if s.outputs else s for s in self.steps]
+        return replace(self, steps=tuple(placed))
+
+    def needed(self, given: Collection[str]) -> list[Step]:
+        """The steps the outputs need, in order, not looking past the values in ``given``."""
+        maker = {o: i for i, s in enumerate(self.steps) for o in s.outputs}
+        keep: set[int] = set()
+        stack = [maker[o] for o in self.outputs if o in maker and o not in given]
+        while stack:
+            i = stack.pop()
+            if i in keep:
+                continue
+            keep.add(i)
+            stack.extend(maker[x] for x in self.steps[i].inputs if x in maker and x not in given)
+        return [s for i, s in enumerate(self.steps) if i in keep]
+
+    def reads(self, given: Collection[str]) -> set[str]:
+        """Which of ``given`` the outputs need."""
+        return {x for s in self.needed(given) for x in s.inputs if x in given} | set(self.outputs) & set(given)
+
+    def run(self, feeds: Mapping[str, np.ndarray], given: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every value the outputs need, not looking past ``given`` (cut values, by name)."""
+        return run(self.needed(given), {**feeds, **given}, self.constants, quiet=True)
+
+
+def snapshot(g: Graph) -> Source:
+    steps, consts = [], {}
+    for n in g.nodes:
+        for v in n.inputs:
+            if v is not None and v.is_const:
+                consts[v.name] = v.data
+        steps.append(Step(n.name, n.op, tuple(None if v is None else v.name for v in n.inputs), dict(n.attrs),
+                          tuple(o.name for o in n.outputs)))
+    shapes = {v.name: tuple(int(d) for d in v.type.static_shape) if v.type.is_static else None for v in g.values()}
+    return Source(tuple(steps), consts, [v.name for v in g.inputs], [v.name for v in g.outputs], shapes)
+
+
+class Departure(Struct):
+    """Where the plan first computes something else than the source."""
+
+    tensor: str  # the IR value (the source's name)
+    node: str  # the compiled graph's node that makes it
+    op: str
+    detail: str  # how far it is
+
+    def __str__(self) -> str:
+        return f"%{self.tensor} ({self.op} {self.node}): {self.detail}"
+
+
+class Verdict(Struct):
+    departure: Departure | None
+    compared: list[str] = field(default_factory=list)  # tensors found equal, in program order
+    cut: int = 0  # convolution results given to both runs
+    cut_values: list[str] = field(default_factory=list)  # their IR values
+    paths: list[str] = field(default_factory=list)  # the read-backs run: "compact", "dense"
+    seconds: float = 0.0
+
+    def manifest(self) -> dict:
+        return {"compared": len(self.compared), "convolutions_cut": self.cut, "read_backs": self.paths}
+
+
+def _difference(got: np.ndarray, want: np.ndarray) -> str | None:
+    """None when ``got`` is ``want`` up to summation order (floats) or near-ties (discrete values)."""
+    if got.shape != want.shape:
+        if got.size != want.size:
+            return f"shape {list(got.shape)}, the source's {list(want.shape)}"
+        got = got.reshape(want.shape)
+    if want.size == 0:
+        return None
+    if want.dtype.kind in "biu" or got.dtype.kind in "biu":
+        wrong = int(np.count_nonzero(got.astype(np.float64) != want.astype(np.float64)))
+        if wrong <= DISCRETE_SLACK * want.size:
+            return None
+        return f"{wrong} of {want.size} elements differ"
+    g64, w64 = got.astype(np.float64), want.astype(np.float64)
+    nan = np.isnan(w64)
+    if not np.array_equal(nan, np.isnan(g64)):
+        return "NaN where the source has none, or none where it has"
+    g64, w64 = g64[~nan], w64[~nan]
+    if not w64.size:
+        return None
+    finite = np.isfinite(w64)
+    if not np.array_equal(g64[~finite], w64[~finite]):
+        return "an infinity the source does not have"
+    g64, w64 = g64[finite], w64[finite]
+    scale = float(np.max(np.abs(w64))) if w64.size else 0.0
+    diff = np.abs(g64 - w64)
+    bad = diff > ATOL * max(scale, 1e-30) + RTOL * np.abs(w64)
+    if not bad.any():
+        return None
+    share = bad.mean()
+    if share <= DISCRETE_SLACK and _mostly_exact(g64, w64):  # a selection (NMS, top-K) flipped at a near-tie
+        return None
+    pcc = np.corrcoef(g64, w64)[0, 1] if g64.size > 1 and g64.std() > 0 and w64.std() > 0 else float("nan")
+    return f"max |diff| {float(diff.max()):.3g} (source's largest {scale:.3g}), PCC {pcc:.4f}, {bad.sum()} elements off"
+
+
+def _mostly_exact(got: np.ndarray, want: np.ndarray) -> bool:
+    return bool(np.mean(got == want) >= 0.5)
+
+
+def _seeded(shape: tuple[int, ...], relu: bool, draw: TrialValues) -> np.ndarray:
+    """A map without structure, in the range a trained SuperPoint's activations have."""
+    u = draw.random(shape, np.float32)
+    return u * np.float32(4) if relu else u * np.float32(16) - np.float32(8)
+
+
+def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, np.ndarray],
+             approximated: Collection[str] = (), seed: int = 0) -> Verdict:
+    """Run the plan and its source on one seeded image and report where they first differ.
+    ``approximated``: values the compiled graph computes otherwise on purpose (an option that
+    changes results), compared with its own node's meaning there, on the source's inputs."""
+    t0 = time.perf_counter()
+    draw = TrialValues(seed)
+    spec = program.inputs[0]
+    image = draw.random(tuple(int(d) for d in spec.shape), np.float32)
+    by_node = {n.name: n for n in g.nodes}
+    chosen = [n for n in g.nodes if any(o.name in approximated for o in n.outputs)]
+    if chosen:
+        source = source.with_meanings([Step(n.name, n.op, tuple(None if v is None else v.name for v in n.inputs),
+                                            dict(n.attrs), tuple(o.name for o in n.outputs)) for n in chosen])
+    convs = _cuts(flat_ops(program), by_node, source)
+    host: dict[str, np.ndarray] = {spec.name: image}
+    try:
+        run_host(program.host_pre, host, dict(tensors))
+    except SpcError as exc:
+        raise SpcError(f"validation: the plan's host stage fails on a seeded image ({exc})") from None
+    dev_in = {t.name: t.layout.to_device(host[t.name]).astype(np.float32) for t in program.device_inputs}
+    # what the outputs need: the tensors compared are those computed on the way
+    wanted = [t.name for t in (*program.device_outputs, *program.fallback_outputs)]
+    ops = needed(flat_ops(program), wanted, {k: np.empty(0) for k in convs})
+    used = {x for op in ops for x in op.inputs if x in convs} | {w for w in wanted if w in convs}
+    read = source.reads({name for name, _, _ in convs.values()})  # the source may read others than the plan
+    values = {name: _seeded(shape, relu, draw) for k, (name, shape, relu) in convs.items()
+              if k in used or name in read}
+    given = {k: DeviceLayout.of(convs[k][1]).to_device(values[convs[k][0]]) for k in used}
+    dev = run_device(program, tensors, dev_in, wanted, given)
+    try:
+        src = source.run({source.inputs[0]: image}, values)
+    except (MissingValue, NodeFailed) as exc:
+        raise SpcError(f"validation: the source graph does not run on a seeded image ({exc})") from None
+    verdict = Verdict(None, cut=len(used), cut_values=sorted(values))
+    cut_names = {convs[k][0] for k in convs}
+    for ir_name, t in program.values.items():
+        if ir_name in cut_names or t.name not in dev or ir_name not in src:
+            continue
+        if t.name in host:  # a device input: the host stage's, checked with the host stage
+            continue
+        why = _difference(t.to_host(dev[t.name]), np.asarray(src[ir_name]))
+        if why is not None:
+            verdict.departure = _departure(ir_name, g, why)
+            break
+        verdict.compared.append(ir_name)
+    if verdict.departure is None:
+        verdict.departure = _outputs(program, tensors, host, dev, src, source, g, verdict)
+    verdict.seconds = time.perf_counter() - t0
+    return verdict
+
+
+def _cuts(ops: list[TtOp], by_node: dict[str, Node], source: Source) -> dict[str, tuple[str, tuple[int, ...], bool]]:
+    """For each convolution call whose IR value the source has, at the same shape: its result's
+    name -> (the IR value's name, shape, whether it is rectified). A typecast after the call
+    (a block's stored format) keeps the call's result, so the given value is the call's."""
+    out = {}
+    for op in ops:
+        n = by_node.get(op.source)
+        if op.op != "ttnn.conv2d" or n is None or not n.outputs:
+            continue
+        v = n.output
+        if source.shapes.get(v.name) != tuple(int(d) for d in v.type.static_shape):
+            continue
+        out[op.output] = (v.name, source.shapes[v.name], op.args["conv_config"].activation is Activation.RELU)
+    return out
+
+
+def _departure(name: str, g: Graph, why: str) -> Departure:
+    try:
+        v = g.value(name)
+    except KeyError:
+        return Departure(name, "?", "?", why)
+    n = v.producer
+    return Departure(name, n.name if n else "input", n.op.name if n else "input", why)
+
+
+def _host_results(tensors: list[DeviceTensor], nodes: list, dev: dict[str, np.ndarray], host: dict[str, np.ndarray],
+                  consts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    env = dict(host)
+    for t in tensors:
+        env[t.name] = t.to_host(dev[t.name])
+    run_host(nodes, env, consts)
+    return env
+
+
+def _outputs(program: Program, tensors: Mapping[str, np.ndarray], host: dict[str, np.ndarray],
+             dev: dict[str, np.ndarray], src: dict[str, np.ndarray], source: Source, g: Graph,
+             verdict: Verdict) -> Departure | None:
+    """The plan's outputs, after its host stage, against the source's: the compact read-back and,
+    where the plan has one, the dense one a frame with too many keypoints takes."""
+    consts = dict(tensors)
+    paths = [("compact" if program.fallback_outputs else "dense", program.device_outputs, program.host_post)]
+    if program.fallback_outputs:
+        paths.append(("dense", program.fallback_outputs, program.fallback_post))
+    for label, outs, nodes in paths:
+        try:
+            env = _host_results(outs, nodes, dev, host, consts)
+        except KeypointOverflow:  # more keypoints on this image than the compact read-back holds
+            continue
+        verdict.paths.append(label)
+        for spec, want_name in zip(program.outputs, source.outputs):
+            got, want = env.get(spec.name), src.get(want_name)
+            if got is None or want is None:
+                continue
+            want = np.asarray(want)
+            if DType(spec.dtype) is DType.BOOL:
+                want = want.astype(bool)
+            why = _difference(np.asarray(got), want)
+            if why is not None:
+                d = _departure(spec.name, g, f"output {spec.name} ({label} read-back): {why}")
+                d.tensor = spec.name
+                return d
+    return None
+
+
+COMPACT = "compact-read-back"  # the culprit when only the compact read-back's outputs depart
+
+
+def culprit(d: Departure, g: Graph, fusions: Mapping[str, str], verdict: Verdict) -> str | None:
+    """The fusion to drop for departure ``d``: the one that made its node, else the nearest fused
+    node upstream of it whose result was not compared (a view the comparison cannot read); the
+    compact read-back when only its outputs depart; None when no fusion is involved (a bug)."""
+    if "(compact read-back)" in d.detail:
+        return COMPACT
+    by_name = {n.name: n for n in g.nodes}
+    start = by_name.get(d.node)
+    seen: set[int] = set()
+    frontier = [start] if start is not None else []
+    while frontier:
+        nxt = []
+        for n in frontier:
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            if n is not start and all(o.name in verdict.cut_values for o in n.outputs):
+                continue  # a given value: not computed, so not where it went wrong
+            if n.op.name in fusions and (n is start or not any(o.name in verdict.compared for o in n.outputs)):
+                return fusions[n.op.name]
+            nxt.extend(v.producer for v in n.inputs if v is not None and v.producer is not None)
+        frontier = nxt
+    return None
