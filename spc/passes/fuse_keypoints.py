@@ -474,14 +474,17 @@ def _window_edges(trial: _Trial, attrs: dict) -> list[tuple[int, int]]:
 
 def _selection(trial: _Trial, attrs: dict) -> tuple[np.ndarray, tuple[int, ...] | None, list[np.ndarray | None]]:
     """The denser random map (more peaks in the window than a limit is looked for up to: one per
-    80 pixels, thousands at 480x640, each above the threshold but those set exactly to it), the
+    80 pixels, at least 4096 where the map has room; each above the threshold but those set exactly to it), the
     outputs a question about the selection reads, and the region's answer for them. Those are
     all but the descriptors in threshold mode; a fixed-K export samples K descriptors whatever the
     map, so there it is every output, with peaks above the others along the window's edges too
     (:func:`_window_edges`)."""
     rng = TrialValues(SEED + 1)
     threshold = attrs["mode"] == "threshold"
-    s = _random_map(trial, rng, int(0.0125 * trial.h * trial.w), attrs["threshold"] if threshold else 0.0)
+    # at least 4096 peaks (a quarter of a small map): a limit such as HF's max_keypoints=300 shows
+    # at 120x160 too, where one per 80 pixels is 240
+    count = max(int(0.0125 * trial.h * trial.w), min(trial.h * trial.w // 4, 4096))
+    s = _random_map(trial, rng, count, attrs["threshold"] if threshold else 0.0)
     only: tuple[int, ...] | None = None
     if threshold:
         s[:: max(1, trial.h // 7), ::13] = np.float32(attrs["threshold"])  # exactly at the threshold: dropped

@@ -25,6 +25,7 @@ import math
 
 import numpy as np
 
+from spc.ir import ops
 from spc.ir.graph import Graph, Node, Value
 from spc.ir.ops.spc_ops import score_fold
 from spc.passes.manager import Pass, PassContext, PassResult
@@ -41,6 +42,7 @@ from spc.passes.semantic_match import (
     small_probe,
 )
 from spc.passes.trial_values import TrialValues
+from spc.ttnn.layout import DeviceLayout
 
 FOLD_OPS = {"onnx.Softmax", "onnx.Exp", "onnx.ReduceSum", "onnx.ReduceMax", "onnx.Sub", "onnx.Div",
             "onnx.Slice", "onnx.Gather", "onnx.Split", "onnx.Transpose", "onnx.Reshape", "onnx.Squeeze",
@@ -97,6 +99,44 @@ def _search(g: Graph, region: Region, entry: Value, cell: int,
     return None
 
 
+def held_as_map(shape: tuple[int, ...], n: int, h: int, w: int) -> bool:
+    """Whether the conv layout holds a value of ``shape`` as the (n, h, w) map the fold's lowering
+    makes ([1, 1, n*h*w, 1]): (n, h, w), (n, 1, h, w), or (h, w) for one image. A channels-last
+    (n, h, w, 1) has the same elements in the same order, but the layout would read its h as
+    channels (lowering/fused.py: the fold's last call writes the map as DeviceLayout.of(shape))."""
+    return len(shape) in (2, 3, 4) and DeviceLayout.of(shape) == DeviceLayout(n, h, w, 1)
+
+
+def _fuse(g: Graph, nodes: list[Node], exit: Value, entry: Value, cell: int) -> bool:
+    """Fuse the region into spc.ScoreFold; an exit the map layout does not hold as the map
+    (:func:`held_as_map`) becomes a view (onnx.Reshape) of the fold in (N, 1, H, W). True when so.
+
+    Before::  %s: f32[1,480,640,1] = onnx.Reshape(onnx.DepthToSpace(...))
+    After::   %f: f32[1,1,480,640] = spc.ScoreFold(%logits); %s = onnx.Reshape(%f, [1, 480, 640, 1])
+    """
+    n, _, h, w = (int(d) for d in entry.type.static_shape)
+    shape = tuple(int(d) for d in exit.type.static_shape)
+    if held_as_map(shape, n, h * cell, w * cell):
+        fuse_region(g, nodes, exit, "spc.ScoreFold", [entry], {"cell": cell, "out_shape": list(shape)}, "score_fold")
+        return False
+    fold = fuse_region(g, nodes, exit, "spc.ScoreFold", [entry],
+                       {"cell": cell, "out_shape": [n, 1, h * cell, w * cell]}, "score_fold")
+    source_name = fold.output.name  # the exit's: it names the view, which is the exit's value
+    g.rename(fold.output, g.fresh_name(source_name + "_map"))
+    target = g.add_const(g.fresh_name("score_fold_shape"), np.array(shape, np.int64))
+    users = list(fold.output.uses)
+    returned = fold.output in g.outputs
+    view = g.make_node(ops.get("onnx.Reshape"), [fold.output, target], name="score_fold_view",
+                       out_names=[source_name + "_view"])
+    for node, i in users:
+        g.set_input(node, i, view.output)
+    if returned:
+        g.outputs = [view.output if o is fold.output else o for o in g.outputs]
+    g.rename(view.output, source_name)
+    g.toposort()
+    return True
+
+
 class FuseScoreFold(Pass):
     name = "fuse-score-fold"
     summary = "softmax + dustbin drop + depth-to-space -> spc.ScoreFold"
@@ -125,10 +165,10 @@ class FuseScoreFold(Pass):
                                     f"depth-to-space ({'; '.join(misses or [])})")
                 continue
             exit, nodes = found
-            fuse_region(g, nodes, exit, "spc.ScoreFold", [entry],
-                        {"cell": cell, "out_shape": list(exit.type.static_shape)}, "score_fold")
+            view = _fuse(g, nodes, exit, entry, cell)
             if attempt:
-                attempt.fired(f"%{exit.name} = spc.ScoreFold over {len(nodes)} node(s)")
+                attempt.fired(f"%{exit.name} = spc.ScoreFold over {len(nodes)} node(s)"
+                              + (f", then a view to {list(exit.type.static_shape)}" if view else ""))
             fused += 1
             tried.pop()
         stats: dict = {"fused": fused}

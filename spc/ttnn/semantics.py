@@ -72,8 +72,8 @@ def _pool(x: np.ndarray, a: dict[str, Any], fill: float) -> tuple[list[np.ndarra
 
 @means("ttnn.conv2d")
 def conv2d(ins: list[np.ndarray], weights: dict[str, np.ndarray], a: dict[str, Any]) -> np.ndarray:
-    x = _nchw(ins[0], a["batch_size"], a["input_height"], a["input_width"]).astype(np.float64)
-    wt = np.asarray(weights["weight_tensor"], np.float64)
+    x = _nchw(ins[0], a["batch_size"], a["input_height"], a["input_width"])
+    wt = np.asarray(weights["weight_tensor"], F32)
     top, bottom, left, right = a["padding"]
     (sh, sw), (dh, dw), groups = a["stride"], a["dilation"], int(a["groups"])
     o, ig, kh, kw = wt.shape
@@ -88,10 +88,10 @@ def conv2d(ins: list[np.ndarray], weights: dict[str, np.ndarray], a: dict[str, A
     for gi in range(groups):
         xs = cols[:, gi * ig:(gi + 1) * ig].reshape(n, ig * kh * kw, oh * ow)
         ws = wt[gi * og:(gi + 1) * og].reshape(og, ig * kh * kw)
-        parts.append(np.einsum("ok,nkp->nop", ws, xs).reshape(n, og, oh, ow))
+        parts.append(np.matmul(ws, xs).reshape(n, og, oh, ow))
     y = np.concatenate(parts, axis=1)
     if "bias_tensor" in weights:
-        y = y + np.asarray(weights["bias_tensor"], np.float64).reshape(1, -1, 1, 1)
+        y = y + np.asarray(weights["bias_tensor"], F32).reshape(1, -1, 1, 1)
     if a["conv_config"].activation is Activation.RELU:
         y = np.maximum(y, 0)
     return _flat(y.astype(F32))

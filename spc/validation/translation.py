@@ -44,6 +44,7 @@ from spc.runtime.host import run_host
 from spc.runtime.reference import flat_ops, needed, run_device
 from spc.ttnn.configs import Activation
 from spc.ttnn.layout import DeviceLayout
+from spc.ttnn.semantics import MEANINGS
 
 RTOL, ATOL = 1e-3, 1e-4  # on values scaled to their largest magnitude: summation order, not translation
 DISCRETE_SLACK = 0.01  # masks, indices, keypoints: the share of elements that may differ (near-ties)
@@ -130,8 +131,12 @@ def _difference(got: np.ndarray, want: np.ndarray) -> str | None:
         if got.size != want.size:
             return f"shape {list(got.shape)}, the source's {list(want.shape)}"
         got = got.reshape(want.shape)
-    if want.size == 0:
+    if want.size == 0 or np.array_equal(got, want):
         return None
+    if want.dtype.kind == "f" and got.dtype.kind == "f" and not np.isnan(want).any():
+        scale = float(np.abs(want).max())
+        if np.isfinite(scale) and np.all(np.abs(got - want) <= ATOL * scale + RTOL * np.abs(want)):
+            return None  # the common case, in the tensors' own precision
     if want.dtype.kind in "biu" or got.dtype.kind in "biu":
         wrong = int(np.count_nonzero(got.astype(np.float64) != want.astype(np.float64)))
         if wrong <= DISCRETE_SLACK * want.size:
@@ -164,7 +169,7 @@ def _mostly_exact(got: np.ndarray, want: np.ndarray) -> bool:
     return bool(np.mean(got == want) >= 0.5)
 
 
-def _seeded(shape: tuple[int, ...], relu: bool, draw: TrialValues) -> np.ndarray:
+def _seeded(shape: tuple[int, ...], relu: bool, draw: np.random.Generator) -> np.ndarray:
     """A map without structure, in the range a trained SuperPoint's activations have."""
     u = draw.random(shape, np.float32)
     return u * np.float32(4) if relu else u * np.float32(16) - np.float32(8)
@@ -176,15 +181,22 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
     ``approximated``: values the compiled graph computes otherwise on purpose (an option that
     changes results), compared with its own node's meaning there, on the source's inputs."""
     t0 = time.perf_counter()
-    draw = TrialValues(seed)
+    # numpy's generator: a few million values, where the recognisers' few thousand do without it
+    draw = np.random.default_rng(seed)
     spec = program.inputs[0]
-    image = draw.random(tuple(int(d) for d in spec.shape), np.float32)
+    plan_shape = tuple(int(d) for d in spec.shape)
+    own = source.shapes.get(source.inputs[0]) or plan_shape
+    # a --batch plan takes B images where its source takes one: B copies of one image, each
+    # image's results the source's (distinct images per batch: tests/test_batch.py)
+    batch = plan_shape[0] // own[0] if own[0] and plan_shape[1:] == own[1:] and plan_shape[0] % own[0] == 0 else 1
+    one = draw.random(own if batch > 1 else plan_shape, np.float32)
+    image = np.concatenate([one] * batch) if batch > 1 else one
     by_node = {n.name: n for n in g.nodes}
     chosen = [n for n in g.nodes if any(o.name in approximated for o in n.outputs)]
     if chosen:
         source = source.with_meanings([Step(n.name, n.op, tuple(None if v is None else v.name for v in n.inputs),
                                             dict(n.attrs), tuple(o.name for o in n.outputs)) for n in chosen])
-    convs = _cuts(flat_ops(program), by_node, source)
+    convs = _cuts(flat_ops(program), by_node, source, batch)
     host: dict[str, np.ndarray] = {spec.name: image}
     try:
         run_host(program.host_pre, host, dict(tensors))
@@ -198,10 +210,11 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
     read = source.reads({name for name, _, _ in convs.values()})  # the source may read others than the plan
     values = {name: _seeded(shape, relu, draw) for k, (name, shape, relu) in convs.items()
               if k in used or name in read}
-    given = {k: DeviceLayout.of(convs[k][1]).to_device(values[convs[k][0]]) for k in used}
+    given = {k: DeviceLayout.of(_times(convs[k][1], batch)).to_device(np.concatenate([values[convs[k][0]]] * batch))
+             for k in used}
     dev = run_device(program, tensors, dev_in, wanted, given)
     try:
-        src = source.run({source.inputs[0]: image}, values)
+        src = source.run({source.inputs[0]: one}, values)
     except (MissingValue, NodeFailed) as exc:
         raise SpcError(f"validation: the source graph does not run on a seeded image ({exc})") from None
     verdict = Verdict(None, cut=len(used), cut_values=sorted(values))
@@ -211,28 +224,50 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
             continue
         if t.name in host:  # a device input: the host stage's, checked with the host stage
             continue
-        why = _difference(t.to_host(dev[t.name]), np.asarray(src[ir_name]))
+        got = t.to_host(dev[t.name])
+        why = _difference(got, _per_image(np.asarray(src[ir_name]), got.shape, batch))
         if why is not None:
             verdict.departure = _departure(ir_name, g, why)
             break
         verdict.compared.append(ir_name)
     if verdict.departure is None:
-        verdict.departure = _outputs(program, tensors, host, dev, src, source, g, verdict)
+        verdict.departure = _outputs(program, tensors, host, dev, src, source, g, verdict, batch)
+    if verdict.departure is None:
+        verdict.departure = check_windows(g, program, tensors)
     verdict.seconds = time.perf_counter() - t0
     return verdict
 
 
-def _cuts(ops: list[TtOp], by_node: dict[str, Node], source: Source) -> dict[str, tuple[str, tuple[int, ...], bool]]:
-    """For each convolution call whose IR value the source has, at the same shape: its result's
-    name -> (the IR value's name, shape, whether it is rectified). A typecast after the call
-    (a block's stored format) keeps the call's result, so the given value is the call's."""
+def _times(shape: tuple[int, ...], batch: int) -> tuple[int, ...]:
+    return (shape[0] * batch, *shape[1:])
+
+
+def _per_image(want: np.ndarray, shape: tuple[int, ...], batch: int) -> np.ndarray:
+    """The source's value as a batch plan holds it for ``batch`` copies of the image: stacked
+    on a new first axis or concatenated on the first, as the plan's shape says; else as it is."""
+    if batch == 1 or tuple(want.shape) == tuple(shape):
+        return want
+    if tuple(shape) == (batch, *want.shape):
+        return np.stack([want] * batch)
+    if want.ndim and tuple(shape) == (want.shape[0] * batch, *want.shape[1:]):
+        return np.concatenate([want] * batch)
+    return want
+
+
+def _cuts(ops: list[TtOp], by_node: dict[str, Node], source: Source,
+          batch: int = 1) -> dict[str, tuple[str, tuple[int, ...], bool]]:
+    """For each convolution call whose IR value the source has, at the same shape (``batch``
+    times the source's first axis for a batch plan): its result's name -> (the IR value's name,
+    the source's shape, whether it is rectified). A typecast after the call (a block's stored
+    format) keeps the call's result, so the given value is the call's."""
     out = {}
     for op in ops:
         n = by_node.get(op.source)
         if op.op != "ttnn.conv2d" or n is None or not n.outputs:
             continue
         v = n.output
-        if source.shapes.get(v.name) != tuple(int(d) for d in v.type.static_shape):
+        own = source.shapes.get(v.name)
+        if own is None or _times(own, batch) != tuple(int(d) for d in v.type.static_shape):
             continue
         out[op.output] = (v.name, source.shapes[v.name], op.args["conv_config"].activation is Activation.RELU)
     return out
@@ -258,7 +293,7 @@ def _host_results(tensors: list[DeviceTensor], nodes: list, dev: dict[str, np.nd
 
 def _outputs(program: Program, tensors: Mapping[str, np.ndarray], host: dict[str, np.ndarray],
              dev: dict[str, np.ndarray], src: dict[str, np.ndarray], source: Source, g: Graph,
-             verdict: Verdict) -> Departure | None:
+             verdict: Verdict, batch: int = 1) -> Departure | None:
     """The plan's outputs, after its host stage, against the source's: the compact read-back and,
     where the plan has one, the dense one a frame with too many keypoints takes."""
     consts = dict(tensors)
@@ -278,7 +313,8 @@ def _outputs(program: Program, tensors: Mapping[str, np.ndarray], host: dict[str
             want = np.asarray(want)
             if DType(spec.dtype) is DType.BOOL:
                 want = want.astype(bool)
-            why = _difference(np.asarray(got), want)
+            got = np.asarray(got)
+            why = _difference(got, _per_image(want, got.shape, batch))
             if why is not None:
                 d = _departure(spec.name, g, f"output {spec.name} ({label} read-back): {why}")
                 d.tensor = spec.name
@@ -312,3 +348,62 @@ def culprit(d: Departure, g: Graph, fusions: Mapping[str, str], verdict: Verdict
             nxt.extend(v.producer for v in n.inputs if v is not None and v.producer is not None)
         frontier = nxt
     return None
+
+
+WINDOW_CALLS = {"ttnn.conv2d": ("input_height", "input_width"), "ttnn.max_pool2d": ("input_h", "input_w"),
+                "ttnn.avg_pool2d": ("input_h", "input_w")}
+SMALL_MAP = (5, 7)  # unequal: a lowering that swapped height and width shows
+
+
+def check_windows(g: Graph, program: Program, tensors: Mapping[str, np.ndarray], seed: int = 1) -> Departure | None:
+    """Each convolution or pool that is its node's whole lowering, on a seeded map of a few windows:
+    the call re-sized (its height and width arguments, and only those, at the small map's) against
+    the node's own meaning on the same map. What the call's other arguments say (channels, kernel,
+    stride, padding, groups, weights, the layout it reads and writes) is what is checked; the
+    convolutions the full-size run cuts are checked here."""
+    draw = TrialValues(seed)
+    by_node = {n.name: n for n in g.nodes}
+    calls: dict[str, list[TtOp]] = {}
+    for op in flat_ops(program):
+        calls.setdefault(op.source, []).append(op)
+    for name, ops in calls.items():
+        n = by_node.get(name)
+        window = [op for op in ops if op.op in WINDOW_CALLS]
+        others = [op for op in ops if op.op not in WINDOW_CALLS and op.op not in _LAYOUT_CALLS]
+        if n is None or len(window) != 1 or others or n.inputs[0] is None:
+            continue
+        op = window[0]
+        x = n.inputs[0]
+        if x.type.rank != 4 or not x.type.is_static:
+            continue
+        nb, c, big_h, big_w = (int(d) for d in x.type.static_shape)
+        k = [int(d) for d in n.attrs.get("kernel_shape", [1, 1])]
+        h, w = max(SMALL_MAP[0], 2 * k[0] + 1), max(SMALL_MAP[1], 2 * k[1] + 3)
+        if big_h <= h or big_w <= w:
+            h, w = big_h, big_w  # already small: as it is
+        elif big_h == big_w:
+            w = h  # a square map stays square: a size in an argument cannot say which axis it is
+        sizes = {big_h: h, big_w: w}
+        hk, wk = WINDOW_CALLS[op.op]
+        args = {**op.args, hk: sizes.get(int(op.args[hk]), -1), wk: sizes.get(int(op.args[wk]), -1)}
+        if -1 in (args[hk], args[wk]):
+            return Departure(n.output.name, n.name, n.op.name,
+                             f"{op.op}'s {hk}/{wk} ({op.args[hk]}, {op.args[wk]}) are not the input's {big_h}, {big_w}")
+        data = draw.random((nb, c, h, w), np.float32) * np.float32(4) - np.float32(2)
+        consts = {v.name: v.data for v in n.inputs if v is not None and v.is_const}
+        step = Step(n.name, n.op, tuple(None if v is None else v.name for v in n.inputs), dict(n.attrs),
+                    tuple(o.name for o in n.outputs))
+        want = run([step], {x.name: data}, consts, quiet=True)[n.output.name]
+        weights = {kw: tensors[t] for kw, t in op.weights.items()}
+        try:
+            got = MEANINGS[op.op]([DeviceLayout(nb, h, w, c).to_device(data)], weights, args)
+            got = DeviceLayout.of(want.shape).from_device(got, want.shape)
+        except (ValueError, IndexError) as exc:
+            return Departure(n.output.name, n.name, n.op.name, f"{op.op} on a {h}x{w} map fails: {exc}")
+        why = _difference(got, np.asarray(want))
+        if why is not None:
+            return Departure(n.output.name, n.name, n.op.name, f"{op.op} on a {h}x{w} map: {why}")
+    return None
+
+
+_LAYOUT_CALLS = {"ttnn.reshape", "ttnn.permute", "ttnn.to_layout", "ttnn.to_memory_config", "ttnn.typecast"}

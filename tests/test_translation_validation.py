@@ -1,0 +1,208 @@
+"""spc compile's translation validation (validation/translation.py): a plan that departs from its
+source is never written. Planted wrong lowerings are caught and named; a fusion whose plan departs
+is dropped for the op-by-op lowering; exporters' near misses of the score fold stay correct."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from spc.compiler import compile_onnx
+from spc.errors import SpcError
+from spc.lowering import registry
+from spc.lowering.emitter import Emitter
+from spc.plan.io import read_plan
+from spc.ttnn.layout import DeviceLayout
+
+
+def _fold_model(path: Path, *, mode: str = "DCR", channels_last: bool = True, axis: int = 1,
+                h: int = 4, w: int = 6, k: int = 1) -> Path:
+    """A detector head as TF exports it through tf2onnx: a 1x1 conv to 65 channels, softmax over
+    the channels, the dustbin dropped, DepthToSpace, then the map channels-last [1, 8h, 8w, 1]."""
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((65, 1, k, k)).astype(np.float32) * 3, "w")
+    bias = numpy_helper.from_array(rng.standard_normal(65).astype(np.float32), "b")
+    consts = [numpy_helper.from_array(np.array(v, np.int64), n)
+              for n, v in (("starts", [0]), ("ends", [64]), ("axes", [1]))]
+    nodes = [helper.make_node("Conv", ["image", "w", "b"], ["logits"], kernel_shape=[k, k], pads=[k // 2] * 4),
+             helper.make_node("Softmax", ["logits"], ["probs"], axis=axis),
+             helper.make_node("Slice", ["probs", "starts", "ends", "axes"], ["kept"]),
+             helper.make_node("DepthToSpace", ["kept"], ["map"], blocksize=8, mode=mode)]
+    out_shape = [1, 1, 8 * h, 8 * w]
+    if channels_last:
+        nodes.append(helper.make_node("Transpose", ["map"], ["scores"], perm=[0, 2, 3, 1]))
+        out_shape = [1, 8 * h, 8 * w, 1]
+    else:
+        nodes.append(helper.make_node("Identity", ["map"], ["scores"]))
+    graph = helper.make_graph(nodes, "fold", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 1, h, w])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, out_shape)],
+                              [weight, bias, *consts])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, path)
+    return path
+
+
+def _run(plan: Path, x: np.ndarray) -> np.ndarray:
+    from spc.runtime.runner import Runner
+
+    with Runner(read_plan(plan)) as r:
+        return next(iter(r.run(x).outputs.values()))
+
+
+def _ort(model: Path, x: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(model))
+    return sess.run(None, {"image": x})[0]
+
+
+@pytest.mark.parametrize("mode,channels_last,axis", [("DCR", True, 1), ("DCR", False, 1), ("CRD", True, 1),
+                                                     ("CRD", False, 1), ("DCR", True, -3)])
+def test_score_fold_near_misses_compute_what_onnxruntime_does(tmp_path: Path, mode: str, channels_last: bool,
+                                                              axis: int) -> None:
+    model = _fold_model(tmp_path / "fold.onnx", mode=mode, channels_last=channels_last, axis=axis)
+    result = compile_onnx(model, tmp_path / "fold.ttplan")
+    x = np.random.default_rng(1).random((1, 1, 4, 6), dtype=np.float32)
+    got, want = _run(tmp_path / "fold.ttplan", x), _ort(model, x)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=0.02)  # bf16 storage of the emulated device
+    # CRD is another permutation of the channels, but not with one output channel: then both are the fold
+    assert result.graph.op_counts().get("spc.ScoreFold", 0) == 1
+    assert not [n for n in result.notes if n.startswith("validation:")]  # the fused plan held
+
+
+def _swap_permute(op_name: str, call: str, dims: list[int]):
+    """A lowering of ``op_name`` that emits its ``call`` with ``dims`` (two axes swapped)."""
+    real = registry.LOWERINGS[op_name]
+
+    def wrong(em: Emitter, n, ins):
+        first = len(em.ops)
+        out = real.fn(em, n, ins)
+        for op in em.ops[first:]:
+            if op.op == call:
+                op.args = {**op.args, "dims": dims}
+        return out
+
+    return registry.Lowering(wrong, real.check, real.integers)
+
+
+def test_a_planted_wrong_fused_lowering_is_caught_and_the_fusion_dropped(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _fold_model(tmp_path / "fold.onnx", channels_last=False)
+    registry.lowering_for("spc.ScoreFold")
+    monkeypatch.setitem(registry.LOWERINGS, "spc.ScoreFold", _swap_permute("spc.ScoreFold", "ttnn.permute",
+                                                                           [0, 3, 2, 1, 4]))
+    result = compile_onnx(model, tmp_path / "fold.ttplan")
+    notes = [n for n in result.notes if n.startswith("validation:")]
+    assert len(notes) == 1 and "fuse-score-fold" in notes[0] and "%scores" in notes[0], result.notes
+    assert "spc.ScoreFold" not in result.graph.op_counts()
+    x = np.random.default_rng(2).random((1, 1, 4, 6), dtype=np.float32)
+    np.testing.assert_allclose(_run(tmp_path / "fold.ttplan", x), _ort(model, x), atol=0.02)
+    manifest = read_plan(tmp_path / "fold.ttplan").manifest
+    assert manifest["validation"]["compared"] >= 1
+    assert any("dropped" in r for r in manifest["recognised"])
+
+
+def test_a_planted_wrong_conv_lowering_is_caught_on_a_small_map(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The convolutions are cut from the full-size run and checked on a small map: a lowering
+    that swapped height and width departs there, and the conv is left to the host, op by op."""
+    model = _fold_model(tmp_path / "fold.onnx", channels_last=False, k=3)
+    real = registry.lowering_for("spc.Conv2d")
+    assert real is not None
+
+    def swapped(em: Emitter, n, ins):
+        first = len(em.ops)
+        out = real.fn(em, n, ins)
+        for op in em.ops[first:]:
+            if op.op == "ttnn.conv2d":
+                op.args = {**op.args, "input_height": op.args["input_width"], "input_width": op.args["input_height"]}
+        return out
+
+    monkeypatch.setitem(registry.LOWERINGS, "spc.Conv2d", registry.Lowering(swapped, real.check, real.integers))
+    result = compile_onnx(model, tmp_path / "fold.ttplan")
+    notes = [n for n in result.notes if n.startswith("validation:")]
+    assert len(notes) == 1 and "%logits" in notes[0] and "fuse-conv-bias-relu dropped" in notes[0], result.notes
+    x = np.random.default_rng(4).random((1, 1, 4, 6), dtype=np.float32)
+    np.testing.assert_allclose(_run(tmp_path / "fold.ttplan", x), _ort(model, x), atol=0.02)
+
+
+def _transposing_model(path: Path) -> Path:
+    rng = np.random.default_rng(5)
+    weight = numpy_helper.from_array(rng.standard_normal((4, 1, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["image", "w"], ["features"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Transpose", ["features"], ["out"], perm=[0, 3, 2, 1])]
+    graph = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 1, 4, 6])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 6, 4, 4])], [weight])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+def test_a_planted_wrong_lowering_outside_any_fusion_refuses_the_model(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """No fusion to drop: a bug, reported as such with the node and the tensor, and no plan."""
+    model = _transposing_model(tmp_path / "t.onnx")
+    registry.lowering_for("onnx.Transpose")
+    monkeypatch.setitem(registry.LOWERINGS, "onnx.Transpose", _swap_permute("onnx.Transpose", "ttnn.permute",
+                                                                            [0, 3, 1, 2]))
+    out = tmp_path / "t.ttplan"
+    with pytest.raises(SpcError, match=r"spc bug: the plan departs from the model at %out \(onnx\.Transpose"):
+        compile_onnx(model, out)
+    assert not out.exists()
+    monkeypatch.undo()
+    compile_onnx(model, out)  # the real lowering holds
+    x = np.random.default_rng(6).random((1, 1, 4, 6), dtype=np.float32)
+    np.testing.assert_allclose(_run(out, x), _ort(model, x), atol=0.05, rtol=0.02)
+
+
+def test_no_verify_is_recorded_in_the_manifest(tmp_path: Path) -> None:
+    model = _fold_model(tmp_path / "fold.onnx")
+    compile_onnx(model, tmp_path / "a.ttplan", verify=False)
+    assert read_plan(tmp_path / "a.ttplan").manifest["validation"] == "skipped (--no-verify)"
+
+
+def test_the_conv_layout_holds_only_maps_it_reads_as_maps() -> None:
+    from spc.passes.fuse_score_fold import held_as_map
+
+    assert held_as_map((1, 32, 48), 1, 32, 48)
+    assert held_as_map((1, 1, 32, 48), 1, 32, 48)
+    assert held_as_map((32, 48), 1, 32, 48)
+    assert not held_as_map((1, 32, 48, 1), 1, 32, 48)  # the elements in order, but h read as channels
+    assert DeviceLayout.of((1, 32, 48, 1)) == DeviceLayout(1, 48, 1, 32)
+
+
+def test_semantics_agree_with_the_interpreter_on_windows() -> None:
+    """ttnn/semantics.py's convolution and pools against the IR's own ONNX meanings."""
+    from spc.ir import ops
+    from spc.ttnn.configs import Activation, ComputeConfig, Conv2dConfig
+    from spc.ttnn.formats import DataFormat
+    from spc.ttnn.semantics import MEANINGS
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 7, 9)).astype(np.float32)
+    flat = DeviceLayout(2, 7, 9, 3).to_device(x)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    want = ops.get("onnx.Conv").evaluate([x, w, b], {"pads": [1, 0, 1, 2], "strides": [2, 1]})[0]
+    args = {"batch_size": 2, "input_height": 7, "input_width": 9, "padding": [1, 1, 0, 2], "stride": [2, 1],
+            "dilation": [1, 1], "groups": 1, "conv_config": Conv2dConfig(DataFormat.FLOAT32, None),
+            "compute_config": ComputeConfig()}
+    got = MEANINGS["ttnn.conv2d"]([flat], {"weight_tensor": w, "bias_tensor": b}, args)
+    np.testing.assert_allclose(DeviceLayout.of(want.shape).from_device(got, want.shape), want, rtol=1e-5, atol=1e-5)
+    args["conv_config"] = Conv2dConfig(DataFormat.FLOAT32, Activation.RELU)
+    got = MEANINGS["ttnn.conv2d"]([flat], {"weight_tensor": w, "bias_tensor": b}, args)
+    np.testing.assert_allclose(DeviceLayout.of(want.shape).from_device(got, want.shape), np.maximum(want, 0),
+                               rtol=1e-5, atol=1e-5)
+    for kernel, stride, pad, ceil in (([3, 3], [1, 1], [1, 1], False), ([2, 2], [2, 2], [0, 0], True),
+                                      ([3, 2], [2, 1], [1, 0], False)):
+        want = ops.get("onnx.MaxPool").evaluate([x], {"kernel_shape": kernel, "strides": stride,
+                                                      "pads": [pad[0], pad[1], pad[0], pad[1]],
+                                                      "ceil_mode": int(ceil)})[0]
+        pool = {"batch_size": 2, "input_h": 7, "input_w": 9, "kernel_size": kernel, "stride": stride,
+                "padding": pad, "dilation": [1, 1], "ceil_mode": ceil}
+        got = MEANINGS["ttnn.max_pool2d"]([flat], {}, pool)
+        np.testing.assert_array_equal(DeviceLayout.of(want.shape).from_device(got, want.shape), want)
