@@ -14,7 +14,7 @@ PY312 ?= $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.12.1/
 TTNN_VENV := .venv-ttnn
 TTNN_STAMP := $(TTNN_VENV)/.installed
 
-.PHONY: demo test lint bench mock-env corpus device-conformance fuzz multichip report-screenshot clean
+.PHONY: demo test lint bench mock-env corpus corpus-tf device-conformance fuzz multichip report-screenshot clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -56,6 +56,16 @@ bench: $(STAMP)
 # every export of tests/corpus at 480x640: compile, check against onnxruntime, the mock p150 (docs/corpus.md)
 corpus: $(STAMP) $(TTNN_STAMP)
 	$(BIN)/python scripts/corpus_report.py
+
+# SuperPoint written in TensorFlow, exported by tf2onnx, through spc (docs/corpus.md); TF in its own venv
+TF_VENV := .venv-tf
+$(TF_VENV)/.installed:
+	$(PY) -m venv $(TF_VENV)
+	$(TF_VENV)/bin/pip install -q tensorflow-cpu==2.21.0 tf2onnx==1.17.0 numpy==2.4.6 onnx==1.23.2
+	touch $@
+
+corpus-tf: $(STAMP) $(TF_VENV)/.installed
+	$(BIN)/python scripts/corpus_tf.py
 
 # 10,000 hostile plans, models, inputs and output paths in worker processes (docs/fuzz.md; the suite runs a minute)
 fuzz: $(STAMP)

@@ -282,6 +282,8 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
         click.echo(result.explained, nl=False)
     for r in result.records:  # -v: what each pass did (the dumps' summary.txt in full)
         console.detail(f"{r.index:3d}  {r.name:<26} {r.seconds * 1e3:9.1f} ms  {'changed' if r.modified else '-'}")
+    if result.validation_s is not None:
+        console.detail(f"     {'validation':<26} {result.validation_s * 1e3:9.1f} ms  (docs/validation.md)")
     counts = result.graph.op_counts()
     report: dict[str, Any] = {"plan": str(result.plan) if result.plan else None, "notes": result.notes,
                               "recognised": result.recognised,

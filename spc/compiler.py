@@ -71,6 +71,7 @@ class CompileResult(Struct):
     macs: tuple[int, int] = (0, 0)  # multiply-adds on the device, on the host
     recognised: list[str] = field(default_factory=list)
     explained: str | None = None  # --explain: the named rule's or fusion's attempts
+    validation_s: float | None = None  # how long the validation took (None: not run)
 
 
 class Lowering(Struct, frozen=True):
@@ -370,6 +371,7 @@ def compile_once(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
     program_json = _check_plan(src, program, tensors)
     write_plan(out, program, tensors, print_graph(g), manifest, program_json)
     result.plan, result.macs, result.recognised = out, (device_macs, host_macs), manifest["recognised"]
+    result.validation_s = verdict.seconds if verdict is not None else None
     return result
 
 

@@ -38,7 +38,7 @@ from spc.ir.graph import Graph, Node
 from spc.ir.interpreter import MissingValue, NodeFailed, Step, run
 from spc.ir.ops.keypoints import KeypointOverflow
 from spc.ir.types import DType
-from spc.passes.trial_values import TrialValues
+from spc.passes.trial_values import TrialValues, hashed_uniform
 from spc.plan.program import DeviceTensor, Program, TtOp
 from spc.runtime.host import run_host
 from spc.runtime.reference import flat_ops, needed, run_device
@@ -169,9 +169,20 @@ def _mostly_exact(got: np.ndarray, want: np.ndarray) -> bool:
     return bool(np.mean(got == want) >= 0.5)
 
 
-def _seeded(shape: tuple[int, ...], relu: bool, draw: np.random.Generator) -> np.ndarray:
+class _Draw:
+    """Seeded maps, each its own stream (passes/trial_values.py: hashed_uniform)."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def random(self, shape: tuple[int, ...], dtype: type = np.float32) -> np.ndarray:
+        self.seed += 1
+        return hashed_uniform(tuple(int(d) for d in shape), self.seed)
+
+
+def _seeded(shape: tuple[int, ...], relu: bool, draw: _Draw) -> np.ndarray:
     """A map without structure, in the range a trained SuperPoint's activations have."""
-    u = draw.random(shape, np.float32)
+    u = draw.random(shape)
     return u * np.float32(4) if relu else u * np.float32(16) - np.float32(8)
 
 
@@ -181,8 +192,7 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
     ``approximated``: values the compiled graph computes otherwise on purpose (an option that
     changes results), compared with its own node's meaning there, on the source's inputs."""
     t0 = time.perf_counter()
-    # numpy's generator: a few million values, where the recognisers' few thousand do without it
-    draw = np.random.default_rng(seed)
+    draw = _Draw(seed * 1000)
     spec = program.inputs[0]
     plan_shape = tuple(int(d) for d in spec.shape)
     own = source.shapes.get(source.inputs[0]) or plan_shape
