@@ -105,6 +105,10 @@ def main() -> int:
     ours, ref, ratio = paired(spc_cmd, ort_cmd, args.runs)
     table.add("`spc compile` command (fresh process)", ours, "onnxruntime AOT (fresh process)", ref, "<= 2x")
     print(f"compile command: median of {args.runs} pairs' ratios {ratio:.2f}x")
+    # the same without the validation (docs/validation.md): what it costs
+    quick, ref2, ratio2 = paired([*spc_cmd, "--no-verify"], ort_cmd, args.runs)
+    table.add("  `spc compile --no-verify` (fresh process)", quick, "onnxruntime AOT (fresh process)", ref2, "")
+    print(f"compile command without validation: median of {args.runs} pairs' ratios {ratio2:.2f}x")
 
     # 2. the passes in process (warm: the import and the first call's costs are the row above)
     runs: list[list] = []

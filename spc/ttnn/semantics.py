@@ -102,12 +102,27 @@ def max_pool2d(ins: list[np.ndarray], weights: dict[str, np.ndarray], a: dict[st
     x = _nchw(ins[0], a["batch_size"], a["input_h"], a["input_w"])
     (kh, kw), (ph, pw) = a["kernel_size"], a["padding"]
     if list(a["stride"]) == [1, 1] and list(a.get("dilation", [1, 1])) == [1, 1] and not a["ceil_mode"]:
-        # a stride-1 window max is separable: rows, then columns (k + k views, not k * k)
-        rows = {**a, "kernel_size": [1, kw], "padding": [0, pw]}
-        x = np.maximum.reduce(_pool(x, rows, -np.inf)[0])
-        a = {**a, "kernel_size": [kh, 1], "padding": [ph, 0]}
+        # a stride-1 window max is separable, and a window of k is two overlapping ones of 2^j <= k
+        return _flat(_window_max(_window_max(x, 3, kw, pw), 2, kh, ph))
     views, _ = _pool(x, a, -np.inf)
     return _flat(np.maximum.reduce(views))
+
+
+def _window_max(x: np.ndarray, axis: int, k: int, pad: int) -> np.ndarray:
+    """Maxima of the stride-1 windows of ``k`` along ``axis``, ``pad`` -inf each side: O(log k) passes."""
+    if pad:
+        fill = np.full([pad if d == axis else n for d, n in enumerate(x.shape)], -np.inf, x.dtype)
+        x = np.concatenate([fill, x, fill], axis)
+    out, width = x.shape[axis] - k + 1, 1
+
+    def part(y: np.ndarray, start: int, size: int) -> np.ndarray:
+        return y[(slice(None),) * axis + (slice(start, start + size),)]
+
+    while 2 * width <= k:
+        size = x.shape[axis] - width
+        x = np.maximum(part(x, 0, size), part(x, width, size))
+        width *= 2
+    return x if width == k else np.maximum(part(x, 0, out), part(x, k - width, out))
 
 
 @means("ttnn.avg_pool2d")
@@ -231,11 +246,11 @@ def clamp(ins: list[np.ndarray], weights: dict[str, np.ndarray], a: dict[str, An
 
 
 def _elementwise(name: str, fn: Callable[..., np.ndarray]) -> None:
-    """``fn`` on the inputs, or on the input and the call's ``scalar``, in float64, as float32."""
+    """``fn`` on the float32 inputs, or on the input and the call's ``scalar``, as float32."""
     def meaning(ins: list[np.ndarray], w: dict[str, np.ndarray], a: dict[str, Any]) -> np.ndarray:
-        args = [x.astype(np.float64) for x in ins] + ([np.float64(a["scalar"])] if "scalar" in a else [])
+        args = [*ins, *([F32(a["scalar"])] if "scalar" in a else [])]
         with np.errstate(all="ignore"):
-            return np.asarray(fn(*args)).astype(F32)
+            return np.asarray(fn(*args)).astype(F32, copy=False)
 
     MEANINGS[name] = meaning
 

@@ -180,10 +180,17 @@ class _Draw:
         return hashed_uniform(tuple(int(d) for d in shape), self.seed)
 
 
-def _seeded(shape: tuple[int, ...], relu: bool, draw: _Draw) -> np.ndarray:
-    """A map without structure, in the range a trained SuperPoint's activations have."""
+def _seeded(shape: tuple[int, ...], relu: bool, draw: _Draw, detector: bool = False) -> np.ndarray:
+    """A map without structure, in the range a trained SuperPoint's activations have. The
+    ``detector``'s logits (what a score fold reads: its last channel the dustbin) have the dustbin
+    winning in all but one cell in 16, as a natural image's do: a few hundred keypoints rather than
+    the thousands that uniform logits leave after NMS, each of them extracted twice."""
     u = draw.random(shape)
-    return u * np.float32(4) if relu else u * np.float32(16) - np.float32(8)
+    x = u * np.float32(4) if relu else u * np.float32(16) - np.float32(8)
+    if detector:
+        live = draw.random((shape[0], 1, *shape[2:])) < np.float32(1 / 16)
+        x[:, -1:] = np.where(live, np.float32(-8), np.float32(16))
+    return x
 
 
 def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, np.ndarray],
@@ -218,7 +225,9 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
     ops = needed(flat_ops(program), wanted, {k: np.empty(0) for k in convs})
     used = {x for op in ops for x in op.inputs if x in convs} | {w for w in wanted if w in convs}
     read = source.reads({name for name, _, _ in convs.values()})  # the source may read others than the plan
-    values = {name: _seeded(shape, relu, draw) for k, (name, shape, relu) in convs.items()
+    # which cut feeds a score fold (the data chosen by it; the fold itself is still checked)
+    folds = {n.inputs[0].name for n in g.nodes if n.op.name == "spc.ScoreFold" and n.inputs[0] is not None}
+    values = {name: _seeded(shape, relu, draw, name in folds) for k, (name, shape, relu) in convs.items()
               if k in used or name in read}
     given = {k: DeviceLayout.of(_times(convs[k][1], batch)).to_device(np.concatenate([values[convs[k][0]]] * batch))
              for k in used}
