@@ -206,3 +206,70 @@ def test_semantics_agree_with_the_interpreter_on_windows() -> None:
                 "padding": pad, "dilation": [1, 1], "ceil_mode": ceil}
         got = MEANINGS["ttnn.max_pool2d"]([flat], {}, pool)
         np.testing.assert_array_equal(DeviceLayout.of(want.shape).from_device(got, want.shape), want)
+
+
+def test_a_float16_model_with_casts_at_its_edges_compiles_and_matches_onnxruntime(tmp_path: Path) -> None:
+    """A model converted to float16 as deployments convert it (onnxconverter-common's
+    keep_io_types: float32 in and out, a Cast at each edge, float16 weights): the device formats
+    come from the precision preset, as for a float32 model."""
+    rng = np.random.default_rng(7)
+    weight = numpy_helper.from_array(rng.standard_normal((8, 1, 3, 3)).astype(np.float16), "w")
+    bias = numpy_helper.from_array(rng.standard_normal(8).astype(np.float16), "b")
+    nodes = [helper.make_node("Cast", ["image"], ["half"], to=TensorProto.FLOAT16),
+             helper.make_node("Conv", ["half", "w", "b"], ["conv"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["conv"], ["act"]),
+             helper.make_node("Cast", ["act"], ["out"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "half", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 1, 16, 24])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8, 16, 24])], [weight, bias])
+    model = tmp_path / "half.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    result = compile_onnx(model, tmp_path / "half.ttplan")
+    assert result.graph.op_counts().get("spc.Conv2d") == 1
+    x = np.random.default_rng(8).random((1, 1, 16, 24), dtype=np.float32)
+    np.testing.assert_allclose(_run(tmp_path / "half.ttplan", x), _ort(model, x), atol=0.05, rtol=0.02)
+
+
+def _mutants(count: int, seed: int = 11) -> list[dict]:
+    """Seeded edits of the fold region: an axis, a permutation, a constant, a mode."""
+    rng = np.random.default_rng(seed)
+    perms = [[0, 2, 3, 1], [0, 3, 2, 1], [0, 1, 3, 2], [0, 2, 1, 3]]
+    out = []
+    for _ in range(count):
+        out.append({"axis": int(rng.choice([1, -3, 2, 3])), "end": int(rng.choice([64, 63, 65])),
+                    "mode": str(rng.choice(["DCR", "CRD"])), "perm": perms[int(rng.integers(len(perms)))],
+                    "start": int(rng.choice([0, 0, 1]))})
+    return out
+
+
+def _mutant_model(path: Path, m: dict) -> Path:
+    h, w = 4, 6
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((65, 1, 1, 1)).astype(np.float32) * 3, "w")
+    consts = [numpy_helper.from_array(np.array(v, np.int64), n)
+              for n, v in (("starts", [m["start"]]), ("ends", [m["end"]]), ("axes", [1]))]
+    kept = min(m["end"], 65) - m["start"]
+    block = 8 if kept == 64 else 1
+    nodes = [helper.make_node("Conv", ["image", "w"], ["logits"], kernel_shape=[1, 1]),
+             helper.make_node("Softmax", ["logits"], ["probs"], axis=m["axis"]),
+             helper.make_node("Slice", ["probs", "starts", "ends", "axes"], ["kept"]),
+             helper.make_node("DepthToSpace", ["kept"], ["map"], blocksize=block, mode=m["mode"]),
+             helper.make_node("Transpose", ["map"], ["scores"], perm=m["perm"])]
+    graph = helper.make_graph(nodes, "mutant", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 1, h, w])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, None)], [weight, *consts])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+def test_mutated_fold_regions_never_give_a_wrong_plan(tmp_path: Path) -> None:
+    """The fusion-soundness property on seeded edits of the score-fold region: every mutant's
+    plan computes what onnxruntime computes on it, fused or not (docs/validation.md)."""
+    fused = 0
+    for i, m in enumerate(_mutants(12)):
+        model = _mutant_model(tmp_path / f"m{i}.onnx", m)
+        result = compile_onnx(model, tmp_path / f"m{i}.ttplan")
+        fused += result.graph.op_counts().get("spc.ScoreFold", 0)
+        x = np.random.default_rng(i).random((1, 1, 4, 6), dtype=np.float32)
+        got, want = _run(tmp_path / f"m{i}.ttplan", x), _ort(model, x)
+        assert got.shape == want.shape, m
+        np.testing.assert_allclose(got, want, atol=0.02, err_msg=str(m))
+    assert fused  # some mutants are still the fold (another spelling), and were fused

@@ -87,7 +87,11 @@ class Emitter(Struct):
                          memory_config=DRAM_INTERLEAVED)
 
     def weight(self, v: Value) -> str:
-        self.weights[v.name] = np.asarray(v.data)
+        """A conv weight or bias for the plan, in float32 whatever the model keeps it in (a float16
+        or float64 export): the precision preset decides the device's format (ttnn/precision.py),
+        as for a float32 model; float16 to float32 is exact."""
+        data = np.asarray(v.data)
+        self.weights[v.name] = data.astype(np.float32) if data.dtype.kind == "f" else data
         return v.name
 
     # -- forms and layouts -----------------------------------------------------------------------

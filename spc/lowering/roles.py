@@ -22,9 +22,18 @@ _VIEWS = ("onnx.Reshape", "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Identity", "on
 _DENSE = {"spc.ScoreFold": "score_map", "spc.Nms": "nms_map", "spc.L2Norm": "descriptor_map"}
 
 
+def _passes_through(n: Node) -> bool:
+    """A view, or a cast from float to float (a float16 model's edges, converted with its
+    inputs and outputs kept float32): the value is the same map."""
+    if n.op.name in _VIEWS:
+        return True
+    x = n.inputs[0] if n.inputs else None
+    return n.op.name == "onnx.Cast" and x is not None and x.type.dtype.is_float and n.outputs[0].type.dtype.is_float
+
+
 def _producer(v: Value) -> Node | None:
     n = v.producer
-    while n is not None and n.op.name in _VIEWS and n.inputs[0] is not None:
+    while n is not None and n.inputs and n.inputs[0] is not None and _passes_through(n):
         n = n.inputs[0].producer
     return n
 

@@ -231,7 +231,19 @@ def topk(ins: list[np.ndarray], weights: dict[str, np.ndarray], a: dict[str, Any
     """Values and positions (exact float32 integers); ties by position, as a stable sort."""
     x, dim, k = ins[0], a["dim"], a["k"]
     key = -x if a["largest"] else x
-    order = np.take(np.argsort(key, axis=dim, kind="stable"), np.arange(k), axis=dim)
+    n = x.shape[dim]
+    if x.size == n and 0 < k < n and not np.isnan(x).any():
+        # one row (the keypoint window): the k-th key splits it into the positions before it (all
+        # kept) and the ties at it (the first ones kept); only those k are sorted, stably
+        row = key.reshape(n)
+        kth = np.partition(row, k - 1)[k - 1]
+        below = np.flatnonzero(row < kth)
+        ties = np.flatnonzero(row == kth)[: k - below.size]
+        pos = np.sort(np.concatenate([below, ties]))
+        order = pos[np.argsort(row[pos], kind="stable")].reshape([k if d == dim % x.ndim else 1
+                                                                  for d in range(x.ndim)])
+    else:
+        order = np.take(np.argsort(key, axis=dim, kind="stable"), np.arange(k), axis=dim)
     return np.take_along_axis(x, order, axis=dim), order.astype(F32)
 
 

@@ -80,7 +80,8 @@ class OrtReference:
         outputs = {o.name for o in model.graph.output}
         self.extra = [e for e in extra if e in have and e not in outputs]
         for name in self.extra:
-            model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+            # untyped: onnxruntime takes the tensor's own type (a float16 model's maps are float16)
+            model.graph.output.append(onnx.ValueInfoProto(name=name))
         self.extra += [e for e in extra if e in outputs]
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
