@@ -87,7 +87,7 @@ def _swap_permute(op_name: str, call: str, dims: list[int]):
                 op.args = {**op.args, "dims": dims}
         return out
 
-    return registry.Lowering(wrong, real.check, real.integers)
+    return registry.Lowering(wrong, real.check, real.integers, real.conv_form)
 
 
 def test_a_planted_wrong_fused_lowering_is_caught_and_the_fusion_dropped(tmp_path: Path,
@@ -123,7 +123,7 @@ def test_a_planted_wrong_conv_lowering_is_caught_on_a_small_map(tmp_path: Path,
                 op.args = {**op.args, "input_height": op.args["input_width"], "input_width": op.args["input_height"]}
         return out
 
-    monkeypatch.setitem(registry.LOWERINGS, "spc.Conv2d", registry.Lowering(swapped, real.check, real.integers))
+    monkeypatch.setitem(registry.LOWERINGS, "spc.Conv2d", registry.Lowering(swapped, real.check, real.integers, real.conv_form))
     result = compile_onnx(model, tmp_path / "fold.ttplan")
     notes = [n for n in result.notes if n.startswith("validation:")]
     assert len(notes) == 1 and "%logits" in notes[0] and "fuse-conv-bias-relu dropped" in notes[0], result.notes
@@ -273,3 +273,17 @@ def test_mutated_fold_regions_never_give_a_wrong_plan(tmp_path: Path) -> None:
         assert got.shape == want.shape, m
         np.testing.assert_allclose(got, want, atol=0.02, err_msg=str(m))
     assert fused  # some mutants are still the fold (another spelling), and were fused
+
+
+def test_a_value_the_conv_layout_cannot_hold_keeps_its_node_on_the_host() -> None:
+    """Placement asks a conv-layout lowering for every operand's rank: a rank-5 map (the fold as
+    onnxsim leaves it, [1, 60, 8, 80, 8]) runs on the host, never an internal error."""
+    from spc.ir import ops
+    from spc.ir.graph import Graph
+    from spc.ir.types import DType, TensorType
+    from spc.lowering.registry import device_support
+
+    g = Graph()
+    x = g.add_input("x", TensorType(DType.F32, (1, 1, 6, 8, 4)))
+    n = g.make_node(ops.get("onnx.MaxPool"), [x], {"kernel_shape": [3, 3, 3], "pads": [1] * 6}, name="pool")
+    assert "conv layout holds ranks 2 to 4" in (device_support(n) or "")

@@ -52,7 +52,7 @@ def _pool_check(n: Node) -> str | None:
     return pool2d_check(n, "ttnn.max_pool2d")
 
 
-@lowers("spc.Conv2d", check=_conv_check)
+@lowers("spc.Conv2d", check=_conv_check, conv_form=True)
 def _conv2d(em: Emitter, n: Node, ins: list[str]) -> str:
     x, w, b = n.inputs[0], n.inputs[1], n.input(2)
     assert x is not None and w is not None
@@ -73,7 +73,7 @@ def _conv2d(em: Emitter, n: Node, ins: list[str]) -> str:
                    conv_config=conv_config, compute_config=compute_config, slice_config=L1_FULL)
 
 
-@lowers("onnx.MaxPool", check=_pool_check)
+@lowers("onnx.MaxPool", check=_pool_check, conv_form=True)
 def _max_pool(em: Emitter, n: Node, ins: list[str]) -> str:
     x = n.inputs[0]
     assert x is not None
@@ -87,7 +87,7 @@ def _max_pool(em: Emitter, n: Node, ins: list[str]) -> str:
                    ceil_mode=bool(n.attrs.get("ceil_mode", 0)), slice_config=L1_FULL)
 
 
-@lowers("spc.ScoreFold")
+@lowers("spc.ScoreFold", conv_form=True)
 def _score_fold(em: Emitter, n: Node, ins: list[str]) -> str:
     """softmax over the channel (last) axis of [1,1,hw,c²+1], keep c² channels, then depth-to-space
     as a row-major reshape/permute: [1,h,w,c,c] -> [1,h,c,w,c] -> [1,1,N*H*W,1]."""
@@ -111,7 +111,7 @@ def _score_fold(em: Emitter, n: Node, ins: list[str]) -> str:
     return em.emit("ttnn.reshape", [t], base, out, n.name, shape=out.device_shape, memory_config=DRAM_INTERLEAVED)
 
 
-@lowers("spc.Nms")
+@lowers("spc.Nms", conv_form=True)
 def _nms(em: Emitter, n: Node, ins: list[str]) -> str:
     """SuperPoint NMS as ttnn calls on the [1,1,H*W,1] map: window max by max_pool2d, masks as
     bf16 0/1 tensors."""

@@ -79,7 +79,11 @@ def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, 
             raise SpcError(f"node {n.name} ({n.op.name}) is placed on the device but cannot be lowered: {why}; "
                            "report it with the dump from --dump-dir")
         first = len(em.ops)
-        result = low.fn(em, n, ins)
+        try:
+            result = low.fn(em, n, ins)
+        except ValueError as exc:  # a layout the placement should have refused: a bug, named
+            raise SpcError(f"node {n.name} ({n.op.name}) is placed on the device but its lowering fails: {exc}; "
+                           "report it with the dump from --dump-dir") from None
         outs = [result] if isinstance(result, str) else list(result)
         want = n.precision.output_dtype if n.precision is not None else None
         if want and n.op.name != "spc.Conv2d" and len(em.ops) > first and em.ops[-1].output == outs[0] \

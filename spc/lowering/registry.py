@@ -19,6 +19,7 @@ from msgspec import Struct
 from spc.ir.graph import Node
 from spc.ir.types import DType
 from spc.lowering.emitter import Emitter
+from spc.ttnn.layout import DeviceLayout
 
 LowerFn = Callable[[Emitter, Node, list[str | None]], "str | list[str]"]
 Check = Callable[[Node], "str | None"]
@@ -31,16 +32,20 @@ class Lowering(Struct, frozen=True):
     check: Check | None = None
     # takes integer tensors (computes them in float32, exact below 2^24): index arithmetic
     integers: bool = False
+    # holds its operands and result in ttnn's conv layout [1, 1, N*H*W, C] (ttnn/layout.py): only
+    # values of rank 2 to 4 have one, so placement asks it of every operand
+    conv_form: bool = False
 
 
 LOWERINGS: dict[str, Lowering] = {}
 
 
-def lowers(op_name: str, check: Check | None = None, integers: bool = False) -> Callable[[LowerFn], LowerFn]:
+def lowers(op_name: str, check: Check | None = None, integers: bool = False,
+           conv_form: bool = False) -> Callable[[LowerFn], LowerFn]:
     def wrap(fn: LowerFn) -> LowerFn:
         if op_name in LOWERINGS:
             raise ValueError(f"{op_name} lowered twice")
-        LOWERINGS[op_name] = Lowering(fn, check, integers)
+        LOWERINGS[op_name] = Lowering(fn, check, integers, conv_form)
         return fn
 
     return wrap
@@ -84,4 +89,8 @@ def device_support(n: Node) -> str | None:
             why = _device_type(v.type, low.integers)
             if why:
                 return f"input %{v.name}: {why}"
+    if low.conv_form:
+        for v in [n.inputs[0], *n.outputs] if n.inputs else n.outputs:
+            if v is not None and not DeviceLayout.fits(v.type.static_shape):
+                return f"%{v.name} is rank {v.type.rank}: ttnn's conv layout holds ranks 2 to 4"
     return low.check(n) if low.check else None
