@@ -14,7 +14,7 @@ PY312 ?= $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.12.1/
 TTNN_VENV := .venv-ttnn
 TTNN_STAMP := $(TTNN_VENV)/.installed
 
-.PHONY: demo test lint bench mock-env corpus corpus-tf device-conformance fuzz multichip report-screenshot clean
+.PHONY: demo test lint bench mock-env corpus corpus-tf corpus-derived device-conformance fuzz multichip report-screenshot clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -66,6 +66,12 @@ $(TF_VENV)/.installed:
 
 corpus-tf: $(STAMP) $(TF_VENV)/.installed
 	$(BIN)/python scripts/corpus_tf.py
+
+# the corpus as onnxsim, onnxslim, onnxconverter-common (float16), onnxruntime (basic level) and onnx's
+# version converter leave it, through spc (docs/corpus.md); the tools spc does not depend on run in .venv-tf
+corpus-derived: $(STAMP) $(TF_VENV)/.installed
+	$(TF_VENV)/bin/pip install -q onnxsim==0.8.1 onnxslim==0.1.98 onnxconverter-common==1.16.0
+	$(BIN)/python scripts/corpus_derived.py
 
 # 10,000 hostile plans, models, inputs and output paths in worker processes (docs/fuzz.md; the suite runs a minute)
 fuzz: $(STAMP)

@@ -80,9 +80,16 @@ def _search(g: Graph, region: Region, entry: Value, cell: int,
     if envs is None:
         probe, maps = None, trials(full)
         envs = [evaluate(region, p) for p in maps]
-    # the last matching view: the map as the source finally shapes it, e.g. (N, H, W)
-    found = find_exit(g, region, envs, [score_fold(p, cell) for p in maps], last=True, rtol=1e-5, atol=1e-7,
-                      misses=misses)
+    # the last matching view: the map as the source finally shapes it, e.g. (N, H, W); one the
+    # map layout holds as the map first (a rank-5 or channels-last view then follows the fold)
+    n, _, h, w = (int(d) for d in entry.type.static_shape)
+    wants = [score_fold(p, cell) for p in maps]
+
+    def held(v: Value) -> bool:
+        return held_as_map(tuple(int(d) for d in v.type.static_shape), n, h * cell, w * cell)
+
+    found = find_exit(g, region, envs, wants, last=True, rtol=1e-5, atol=1e-7, accept=held) \
+        or find_exit(g, region, envs, wants, last=True, rtol=1e-5, atol=1e-7, misses=misses)
     if found is None or probe is None:
         return found
     exit, nodes = found
