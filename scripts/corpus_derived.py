@@ -13,7 +13,6 @@ A derived model onnxruntime itself refuses is reported as such, not compiled.
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import subprocess
@@ -53,14 +52,11 @@ def derive(src: Path, tool: str, out: Path, tf_python: str) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", default="480x640")
-    ap.add_argument("--work", type=Path, default=Path("bench-out/corpus"))
-    ap.add_argument("--tf-python", default=str(ROOT / ".venv-tf" / "bin" / "python"))
-    args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
+    from evalset import IMAGES, corpus_options, evaluation_images, size_of
+
+    args = corpus_options(__doc__, ROOT).parse_args()
     import onnxruntime as ort
-    from evalset import IMAGES, evaluation_images
 
     from spc.compiler import compile_onnx
     from spc.errors import SpcError
@@ -68,8 +64,7 @@ def main() -> int:
     from spc.tools.check import check_files
     from tests.corpus.exports import build
 
-    h, w = (int(v) for v in args.size.split("x"))
-    args.work.mkdir(parents=True, exist_ok=True)
+    h, w = size_of(args)
     files = evaluation_images(args.work, IMAGES)
     print("| export | tool | recognised | F1 median (min) | min score PCC | min desc PCC | compile s | notes |")
     print("|---|---|---|---:|---:|---:|---:|---|")

@@ -11,7 +11,6 @@ fixed K, (x, y) pixels, so no role of spc's is needed to read them.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
@@ -24,15 +23,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", default="480x640", help="HxW")
-    ap.add_argument("--k", type=int, default=1024, help="the export's fixed keypoint count")
-    ap.add_argument("--work", type=Path, default=Path("bench-out/corpus"))
-    ap.add_argument("--tf-python", default=str(ROOT / ".venv-tf" / "bin" / "python"))
-    args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
+    from evalset import IMAGES, corpus_options, evaluation_images, size_of
+
+    ap = corpus_options(__doc__, ROOT)
+    ap.add_argument("--k", type=int, default=1024, help="the export's fixed keypoint count")
+    args = ap.parse_args()
     import onnxruntime as ort
-    from evalset import IMAGES, evaluation_images
     from PIL import Image
 
     from spc.compiler import compile_onnx
@@ -41,8 +38,7 @@ def main() -> int:
     from spc.runtime.runner import Runner
     from spc.tuning.metrics import keypoint_agreement
 
-    h, w = (int(v) for v in args.size.split("x"))
-    args.work.mkdir(parents=True, exist_ok=True)
+    h, w = size_of(args)
     weights = args.work / "demo_weights_hf.npz"
     np.savez(weights, **load_state_file(demo_weights_path()))
     src = args.work / f"tf2onnx_keras_k{args.k}_{h}x{w}.onnx"

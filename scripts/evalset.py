@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 # CC0 / public domain (licences as scikit-image states them); none is in tuning/calibration/
@@ -31,3 +32,20 @@ def exported(work: Path, height: int, width: int) -> Path:
     if not src.exists():
         export_onnx(src, height, width)
     return src
+
+
+def corpus_options(doc: str | None, root: Path) -> argparse.ArgumentParser:
+    """The options of the scripts that build corpus variants in ``.venv-tf`` (corpus_tf.py,
+    corpus_derived.py): the size, the work folder, that venv's interpreter."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="480x640", help="HxW")
+    ap.add_argument("--work", type=Path, default=Path("bench-out/corpus"))
+    ap.add_argument("--tf-python", default=str(root / ".venv-tf" / "bin" / "python"))
+    return ap
+
+
+def size_of(args: argparse.Namespace) -> tuple[int, int]:
+    """``--size`` as (height, width), with the work folder made."""
+    args.work.mkdir(parents=True, exist_ok=True)
+    h, w = (int(v) for v in args.size.split("x"))
+    return h, w
