@@ -80,11 +80,15 @@ def _max_pool(em: Emitter, n: Node, ins: list[str]) -> str:
     src = _layout(x)
     pads = n.attrs.get("pads", [0, 0, 0, 0])
     ins = [em.to_nhwc(ins[0], x, n.name)]
+    # read by anything but convs and pools (an NMS spelled op by op): interleaved, as spc.Nms keeps
+    # its pools, since ttnn's element-wise calls reject the default height shards (not tile-sized)
+    windowed = {"spc.Conv2d", "onnx.MaxPool"}
+    memory = {} if all(u.op.name in windowed for u, _ in n.output.uses) else {"memory_config": DRAM_INTERLEAVED}
     return em.emit("ttnn.max_pool2d", [ins[0]], n.output.name, _layout(n.output), n.name,
                    batch_size=src.n, input_h=src.h, input_w=src.w, channels=src.c,
                    kernel_size=list(n.attrs["kernel_shape"]), stride=list(n.attrs.get("strides", [1, 1])),
                    padding=[pads[0], pads[1]], dilation=list(n.attrs.get("dilations", [1, 1])),
-                   ceil_mode=bool(n.attrs.get("ceil_mode", 0)), slice_config=L1_FULL)
+                   ceil_mode=bool(n.attrs.get("ceil_mode", 0)), slice_config=L1_FULL, **memory)
 
 
 @lowers("spc.ScoreFold", conv_form=True)
