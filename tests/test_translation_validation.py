@@ -287,3 +287,38 @@ def test_a_value_the_conv_layout_cannot_hold_keeps_its_node_on_the_host() -> Non
     x = g.add_input("x", TensorType(DType.F32, (1, 1, 6, 8, 4)))
     n = g.make_node(ops.get("onnx.MaxPool"), [x], {"kernel_shape": [3, 3, 3], "pads": [1] * 6}, name="pool")
     assert "conv layout holds ranks 2 to 4" in (device_support(n) or "")
+
+
+def test_a_planted_wrong_batchnorm_fold_is_caught_against_the_source(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The conv checks compare with the source's own Conv -> BatchNormalization -> Relu, not with
+    the folded conv: a fold that wrote a wrong bias is found, and no plan is written."""
+    from spc.passes import fold_batchnorm
+
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("w", (4, 1, 3, 3)), ("scale", (4,)), ("shift", (4,)), ("mean", (4,)))]
+    inits.append(numpy_helper.from_array(rng.random(4).astype(np.float32) + 0.5, "var"))
+    nodes = [helper.make_node("Conv", ["image", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["bn"]),
+             helper.make_node("Relu", ["bn"], ["out"])]
+    graph = helper.make_graph(nodes, "bn", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 1, 8, 12])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 4, 8, 12])], inits)
+    model = tmp_path / "bn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    real = fold_batchnorm.FoldBatchNorm.run
+
+    def wrong(self, g, ctx):
+        result = real(self, g, ctx)
+        for n in g.nodes:
+            if n.op.name == "onnx.Conv" and n.input(2) is not None:
+                g.set_input(n, 2, g.add_const("wrong_bias", np.asarray(n.input(2).data) + np.float32(5)))
+        return result
+
+    monkeypatch.setattr(fold_batchnorm.FoldBatchNorm, "run", wrong)
+    out = tmp_path / "bn.ttplan"
+    with pytest.raises(SpcError, match="spc bug"):
+        compile_onnx(model, out)
+    assert not out.exists()
+    monkeypatch.undo()
+    compile_onnx(model, out)  # the real fold holds

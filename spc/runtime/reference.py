@@ -57,5 +57,9 @@ def run_device(program: Program, weights: Mapping[str, np.ndarray], inputs: Mapp
             raise SpcError(f"{op.op} (from {op.source}) has no reference meaning in ttnn/semantics.py")
         ins = [env[x] for x in op.inputs]
         w = {k: weights[v] for k, v in op.weights.items()}
-        op.bind(env, fn(ins, w, op.args))
+        try:
+            op.bind(env, fn(ins, w, op.args))
+        except (ValueError, IndexError, TypeError) as exc:  # arguments that do not fit the tensors: a bug
+            raise SpcError(f"{op.op} (from node {op.source}) cannot run on its inputs "
+                           f"{[list(np.shape(i)) for i in ins]}: {exc}") from None
     return env

@@ -130,11 +130,15 @@ def avg_pool2d(ins: list[np.ndarray], weights: dict[str, np.ndarray], a: dict[st
     x = _nchw(ins[0], a["batch_size"], a["input_h"], a["input_w"]).astype(np.float64)
     views, _ = _pool(x, a, 0.0)
     total = np.add.reduce(views)
-    if a["count_include_pad"]:
-        count = np.float64(len(views))
-    else:
-        ones, _ = _pool(np.ones((1, 1, *x.shape[2:])), {**a, "dilation": [1, 1]}, 0.0)
-        count = np.add.reduce(ones)
+    # the taps inside the input, or inside it and its explicit padding: never the part of a
+    # ceil_mode window past both (as torch and ONNX count)
+    out = total.shape[2:]
+    counts = []
+    for size, k, st, p, o in zip(x.shape[2:], a["kernel_size"], a["stride"], a["padding"], out):
+        start = np.arange(o) * st - p
+        lo, hi = (-p, size + p) if a["count_include_pad"] else (0, size)
+        counts.append(np.minimum(start + k, hi) - np.maximum(start, lo))
+    count = np.outer(*counts).astype(np.float64)
     return _flat((total / count).astype(F32))
 
 

@@ -125,8 +125,9 @@ class Verdict(Struct):
         return {"compared": len(self.compared), "convolutions_cut": self.cut, "read_backs": self.paths}
 
 
-def _difference(got: np.ndarray, want: np.ndarray) -> str | None:
-    """None when ``got`` is ``want`` up to summation order (floats) or near-ties (discrete values)."""
+def _difference(got: np.ndarray, want: np.ndarray, selecting: bool = True) -> str | None:
+    """None when ``got`` is ``want`` up to summation order (floats) or, where a selection decided
+    them (``selecting``: after a comparison, NMS, top-K), up to near-ties it flipped."""
     if got.shape != want.shape:
         if got.size != want.size:
             return f"shape {list(got.shape)}, the source's {list(want.shape)}"
@@ -139,7 +140,7 @@ def _difference(got: np.ndarray, want: np.ndarray) -> str | None:
             return None  # the common case, in the tensors' own precision, two passes
     if want.dtype.kind in "biu" or got.dtype.kind in "biu":
         wrong = int(np.count_nonzero(got.astype(np.float64) != want.astype(np.float64)))
-        if wrong <= DISCRETE_SLACK * want.size:
+        if selecting and wrong <= DISCRETE_SLACK * want.size:
             return None
         return f"{wrong} of {want.size} elements differ"
     g64, w64 = got.astype(np.float64), want.astype(np.float64)
@@ -159,7 +160,7 @@ def _difference(got: np.ndarray, want: np.ndarray) -> str | None:
     if not bad.any():
         return None
     share = bad.mean()
-    if share <= DISCRETE_SLACK and _mostly_exact(g64, w64):  # a selection (NMS, top-K) flipped at a near-tie
+    if selecting and share <= DISCRETE_SLACK and _mostly_exact(g64, w64):  # a selection flipped at a near-tie
         return None
     pcc = np.corrcoef(g64, w64)[0, 1] if g64.size > 1 and g64.std() > 0 and w64.std() > 0 else float("nan")
     return f"max |diff| {float(diff.max()):.3g} (source's largest {scale:.3g}), PCC {pcc:.4f}, {bad.sum()} elements off"
@@ -237,6 +238,7 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
     except (MissingValue, NodeFailed) as exc:
         raise SpcError(f"validation: the source graph does not run on a seeded image ({exc})") from None
     verdict = Verdict(None, cut=len(used), cut_values=sorted(values))
+    selected = _after_selections(g)
     cut_names = {convs[k][0] for k in convs}
     for ir_name, t in program.values.items():
         if ir_name in cut_names or t.name not in dev or ir_name not in src:
@@ -244,7 +246,7 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
         if t.name in host:  # a device input: the host stage's, checked with the host stage
             continue
         got = t.to_host(dev[t.name])
-        why = _difference(got, _per_image(np.asarray(src[ir_name]), got.shape, batch))
+        why = _difference(got, _per_image(np.asarray(src[ir_name]), got.shape, batch), ir_name in selected)
         if why is not None:
             verdict.departure = _departure(ir_name, g, why)
             break
@@ -252,7 +254,7 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
     if verdict.departure is None:
         verdict.departure = _outputs(program, tensors, host, dev, src, source, g, verdict, batch)
     if verdict.departure is None:
-        verdict.departure = check_windows(g, program, tensors)
+        verdict.departure = check_windows(g, program, tensors, source)
     verdict.seconds = time.perf_counter() - t0
     return verdict
 
@@ -289,6 +291,20 @@ def _cuts(ops: list[TtOp], by_node: dict[str, Node], source: Source,
         if own is None or _times(own, batch) != tuple(int(d) for d in v.type.static_shape):
             continue
         out[op.output] = (v.name, source.shapes[v.name], op.args["conv_config"].activation is Activation.RELU)
+    return out
+
+
+SELECTIONS = {"onnx.Equal", "onnx.Greater", "onnx.GreaterOrEqual", "onnx.Less", "onnx.LessOrEqual", "onnx.TopK",
+              "onnx.ArgMax", "onnx.ArgMin", "onnx.NonZero", "spc.Nms", "spc.Keypoints", "spc.KeypointsFromTopK"}
+
+
+def _after_selections(g: Graph) -> set[str]:
+    """The values a selection decides (a comparison, NMS, top-K, and what follows them): where
+    summation order may flip a near-tie, so a few elements may differ."""
+    out: set[str] = set()
+    for n in g.nodes:  # topological order
+        if n.op.name in SELECTIONS or any(v is not None and v.name in out for v in n.inputs):
+            out.update(o.name for o in n.outputs)
     return out
 
 
@@ -374,12 +390,15 @@ WINDOW_CALLS = {"ttnn.conv2d": ("input_height", "input_width"), "ttnn.max_pool2d
 SMALL_MAP = (5, 7)  # unequal: a lowering that swapped height and width shows
 
 
-def check_windows(g: Graph, program: Program, tensors: Mapping[str, np.ndarray], seed: int = 1) -> Departure | None:
+def check_windows(g: Graph, program: Program, tensors: Mapping[str, np.ndarray], source: Source | None = None,
+                  seed: int = 1) -> Departure | None:
     """Each convolution or pool that is its node's whole lowering, on a seeded map of a few windows:
     the call re-sized (its height and width arguments, and only those, at the small map's) against
-    the node's own meaning on the same map. What the call's other arguments say (channels, kernel,
-    stride, padding, groups, weights, the layout it reads and writes) is what is checked; the
-    convolutions the full-size run cuts are checked here."""
+    the source's own steps from the node's input to its value (a Conv, its BatchNormalization and
+    Relu: what a conv fusion folded), or the node's meaning where the source has no such steps.
+    What the call's other arguments say (channels, kernel, stride, padding, groups, weights, the
+    layout it reads and writes) is what is checked; the convolutions the full-size run cuts are
+    checked here."""
     draw = TrialValues(seed)
     by_node = {n.name: n for n in g.nodes}
     calls: dict[str, list[TtOp]] = {}
@@ -397,7 +416,9 @@ def check_windows(g: Graph, program: Program, tensors: Mapping[str, np.ndarray],
             continue
         nb, c, big_h, big_w = (int(d) for d in x.type.static_shape)
         k = [int(d) for d in n.attrs.get("kernel_shape", [1, 1])]
-        h, w = max(SMALL_MAP[0], 2 * k[0] + 1), max(SMALL_MAP[1], 2 * k[1] + 3)
+        dil = [int(d) for d in n.attrs.get("dilations", [1, 1])]
+        span = [d * (kk - 1) + 1 for d, kk in zip(dil, k)]  # a dilated window's reach
+        h, w = max(SMALL_MAP[0], 2 * span[0] + 1), max(SMALL_MAP[1], 2 * span[1] + 3)
         if big_h <= h or big_w <= w:
             h, w = big_h, big_w  # already small: as it is
         elif big_h == big_w:
@@ -412,17 +433,52 @@ def check_windows(g: Graph, program: Program, tensors: Mapping[str, np.ndarray],
         consts = {v.name: v.data for v in n.inputs if v is not None and v.is_const}
         step = Step(n.name, n.op, tuple(None if v is None else v.name for v in n.inputs), dict(n.attrs),
                     tuple(o.name for o in n.outputs))
-        want = run([step], {x.name: data}, consts, quiet=True)[n.output.name]
+        try:
+            want = _source_window(source, x.name, n.output.name, data)
+            if want is None:
+                want = run([step], {x.name: data}, consts, quiet=True)[n.output.name]
+        except (NodeFailed, MissingValue):
+            continue  # the map is too small for this node's window: the full-size run is the check
+        want = np.asarray(want)
         weights = {kw: tensors[t] for kw, t in op.weights.items()}
         try:
             got = MEANINGS[op.op]([DeviceLayout(nb, h, w, c).to_device(data)], weights, args)
             got = DeviceLayout.of(want.shape).from_device(got, want.shape)
         except (ValueError, IndexError) as exc:
             return Departure(n.output.name, n.name, n.op.name, f"{op.op} on a {h}x{w} map fails: {exc}")
-        why = _difference(got, np.asarray(want))
+        why = _difference(got, want, selecting=False)
         if why is not None:
             return Departure(n.output.name, n.name, n.op.name, f"{op.op} on a {h}x{w} map: {why}")
     return None
 
 
 _LAYOUT_CALLS = {"ttnn.reshape", "ttnn.permute", "ttnn.to_layout", "ttnn.to_memory_config", "ttnn.typecast"}
+_WINDOW_SOURCE_OPS = {"onnx.Conv", "onnx.MaxPool", "onnx.AveragePool", "onnx.BatchNormalization", "onnx.Relu",
+                      "onnx.Add", "onnx.Mul", "onnx.Clip", "onnx.LeakyRelu", "onnx.Identity"}
+
+
+def _source_window(source: Source | None, entry: str, value: str, data: np.ndarray) -> np.ndarray | None:
+    """The source's own steps from ``entry`` to ``value`` on ``data``, when the source has both
+    values and only window and per-element steps between them (what a conv fusion folds); else None."""
+    if source is None or entry not in source.shapes or value not in source.shapes:
+        return None
+    maker = {o: i for i, st in enumerate(source.steps) for o in st.outputs}
+    keep: set[int] = set()
+    stack = [maker[value]] if value in maker else []
+    while stack:
+        i = stack.pop()
+        if i in keep:
+            continue
+        keep.add(i)
+        if len(keep) > 8:
+            return None
+        for x in source.steps[i].inputs:
+            if x is not None and x != entry and x in maker and x not in source.constants:
+                stack.append(maker[x])
+    steps = [st for i, st in enumerate(source.steps) if i in keep]
+    if not steps or any(st.op.name not in _WINDOW_SOURCE_OPS for st in steps):
+        return None
+    if any(x is not None and x != entry and x not in source.constants and x not in maker
+           for st in steps for x in st.inputs):
+        return None  # reads another input than the entry
+    return run(steps, {entry: data}, source.constants, quiet=True).get(value)
