@@ -322,3 +322,33 @@ def test_a_planted_wrong_batchnorm_fold_is_caught_against_the_source(tmp_path: P
     assert not out.exists()
     monkeypatch.undo()
     compile_onnx(model, out)  # the real fold holds
+
+
+def test_what_lies_between_two_convolutions_is_compared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tensor that only a convolution reads is computed and compared too (where what it needs is
+    small): a planted wrong LeakyRelu between two convolutions is refused."""
+    rng = np.random.default_rng(10)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("w1", (4, 1, 3, 3)), ("w2", (2, 4, 3, 3)))]
+    nodes = [helper.make_node("Conv", ["image", "w1"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("LeakyRelu", ["a"], ["b"], alpha=0.1),
+             helper.make_node("Conv", ["b", "w2"], ["out"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "between", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 1, 8, 12])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 2, 8, 12])], inits)
+    model = tmp_path / "between.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    real = registry.lowering_for("onnx.LeakyRelu")
+    assert real is not None
+
+    def wrong(em: Emitter, n, ins):
+        first = len(em.ops)
+        out = real.fn(em, n, ins)
+        for op in em.ops[first:]:
+            if "negative_slope" in op.args:
+                op.args = {**op.args, "negative_slope": 0.9}
+        return out
+
+    monkeypatch.setitem(registry.LOWERINGS, "onnx.LeakyRelu",
+                        registry.Lowering(wrong, real.check, real.integers, real.conv_form))
+    with pytest.raises(SpcError, match=r"spc bug: the plan departs from the model at %b"):
+        compile_onnx(model, tmp_path / "between.ttplan")

@@ -26,6 +26,7 @@ After: a :class:`Verdict`, e.g. ``departed at %s (spc.ScoreFold score_fold): max
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Collection, Mapping
 
@@ -67,11 +68,11 @@ class Source(Struct):
         placed = [by_output.get(s.outputs[0], s) if s.outputs else s for s in self.steps]
         return replace(self, steps=tuple(placed))
 
-    def needed(self, given: Collection[str]) -> list[Step]:
-        """The steps the outputs need, in order, not looking past the values in ``given``."""
+    def needed(self, given: Collection[str], also: Collection[str] = ()) -> list[Step]:
+        """The steps the outputs (and ``also``) need, in order, not looking past ``given``."""
         maker = {o: i for i, s in enumerate(self.steps) for o in s.outputs}
         keep: set[int] = set()
-        stack = [maker[o] for o in self.outputs if o in maker and o not in given]
+        stack = [maker[o] for o in (*self.outputs, *also) if o in maker and o not in given]
         while stack:
             i = stack.pop()
             if i in keep:
@@ -84,9 +85,10 @@ class Source(Struct):
         """Which of ``given`` the outputs need."""
         return {x for s in self.needed(given) for x in s.inputs if x in given} | set(self.outputs) & set(given)
 
-    def run(self, feeds: Mapping[str, np.ndarray], given: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Every value the outputs need, not looking past ``given`` (cut values, by name)."""
-        return run(self.needed(given), {**feeds, **given}, self.constants, quiet=True)
+    def run(self, feeds: Mapping[str, np.ndarray], given: Mapping[str, np.ndarray],
+            also: Collection[str] = ()) -> dict[str, np.ndarray]:
+        """Every value the outputs (and ``also``) need, not looking past ``given`` (cut values)."""
+        return run(self.needed(given, also), {**feeds, **given}, self.constants, quiet=True)
 
 
 def snapshot(g: Graph) -> Source:
@@ -118,11 +120,13 @@ class Verdict(Struct):
     compared: list[str] = field(default_factory=list)  # tensors found equal, in program order
     cut: int = 0  # convolution results given to both runs
     cut_values: list[str] = field(default_factory=list)  # their IR values
+    between_skipped: int = 0  # convolutions' inputs not computed: what they need is over BETWEEN_CAP
     paths: list[str] = field(default_factory=list)  # the read-backs run: "compact", "dense"
     seconds: float = 0.0
 
     def manifest(self) -> dict:
-        return {"compared": len(self.compared), "convolutions_cut": self.cut, "read_backs": self.paths}
+        return {"compared": len(self.compared), "convolutions_cut": self.cut, "read_backs": self.paths,
+                "conv_inputs_not_compared": self.between_skipped}
 
 
 def _difference(got: np.ndarray, want: np.ndarray, selecting: bool = True) -> str | None:
@@ -221,11 +225,17 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
     except SpcError as exc:
         raise SpcError(f"validation: the plan's host stage fails on a seeded image ({exc})") from None
     dev_in = {t.name: t.layout.to_device(host[t.name]).astype(np.float32) for t in program.device_inputs}
-    # what the outputs need: the tensors compared are those computed on the way
+    # what the outputs need, and what the convolutions read where that costs little: the tensors
+    # compared are those computed on the way
     wanted = [t.name for t in (*program.device_outputs, *program.fallback_outputs)]
+    between, skipped = _between(flat_ops(program), by_node, convs, source, set(dev_in))
+    wanted += [d for d, _ in between]
     ops = needed(flat_ops(program), wanted, {k: np.empty(0) for k in convs})
     used = {x for op in ops for x in op.inputs if x in convs} | {w for w in wanted if w in convs}
-    read = source.reads({name for name, _, _ in convs.values()})  # the source may read others than the plan
+    also = [s for _, s in between if s]
+    read = source.reads({name for name, _, _ in convs.values()}) | {  # the source may read others than the plan
+        x for st in source.needed({name for name, _, _ in convs.values()}, also) for x in st.inputs
+        if x in {name for name, _, _ in convs.values()}}
     # which cut feeds a score fold (the data chosen by it; the fold itself is still checked)
     folds = {n.inputs[0].name for n in g.nodes if n.op.name == "spc.ScoreFold" and n.inputs[0] is not None}
     values = {name: _seeded(shape, relu, draw, name in folds) for k, (name, shape, relu) in convs.items()
@@ -234,10 +244,10 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
              for k in used}
     dev = run_device(program, tensors, dev_in, wanted, given)
     try:
-        src = source.run({source.inputs[0]: one}, values)
+        src = source.run({source.inputs[0]: one}, values, also)
     except (MissingValue, NodeFailed) as exc:
         raise SpcError(f"validation: the source graph does not run on a seeded image ({exc})") from None
-    verdict = Verdict(None, cut=len(used), cut_values=sorted(values))
+    verdict = Verdict(None, cut=len(used), cut_values=sorted(values), between_skipped=skipped)
     selected = _after_selections(g)
     cut_names = {convs[k][0] for k in convs}
     for ir_name, t in program.values.items():
@@ -257,6 +267,30 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
         verdict.departure = check_windows(g, program, tensors, source)
     verdict.seconds = time.perf_counter() - t0
     return verdict
+
+
+BETWEEN_CAP = 1_500_000  # cut elements a convolution's input may need to be computed and compared
+
+
+def _between(ops: list[TtOp], by_node: dict[str, Node], convs: dict, source: Source,
+             inputs: set[str]) -> tuple[list[tuple[str, str | None]], int]:
+    """The convolutions' inputs worth computing (device tensor, the source's name for it): what
+    lies between two convolutions (a pool, a per-channel scale, a layout change), where the cut
+    values it needs are at most BETWEEN_CAP elements; and how many were left out for their size.
+    Near the image the maps are large (64 x 480 x 640 per value): those are the window checks'."""
+    placeholder = {k: np.empty(0) for k in convs}
+    out, skipped = [], 0
+    for op in ops:
+        n = by_node.get(op.source)
+        if op.op != "ttnn.conv2d" or n is None or not op.inputs or op.inputs[0] in convs or op.inputs[0] in inputs:
+            continue
+        cuts = {x for c in needed(ops, [op.inputs[0]], placeholder) for x in c.inputs if x in convs}
+        if sum(math.prod(convs[c][1]) for c in cuts) > BETWEEN_CAP:
+            skipped += 1
+            continue
+        x = n.inputs[0]
+        out.append((op.inputs[0], x.name if x is not None and x.name in source.shapes else None))
+    return out, skipped
 
 
 def _times(shape: tuple[int, ...], batch: int) -> tuple[int, ...]:
