@@ -352,3 +352,29 @@ def test_what_lies_between_two_convolutions_is_compared(tmp_path: Path, monkeypa
                         registry.Lowering(wrong, real.check, real.integers, real.conv_form))
     with pytest.raises(SpcError, match=r"spc bug: the plan departs from the model at %b"):
         compile_onnx(model, tmp_path / "between.ttplan")
+
+
+def test_a_batch_plan_that_swaps_its_images_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A --batch plan is run on distinct images, each against the source on that image: a fold
+    lowering that hands image 0 the map of image 1 departs."""
+    model = _fold_model(tmp_path / "fold.onnx", channels_last=False, k=3)
+    real = registry.lowering_for("spc.ScoreFold")
+    assert real is not None
+
+    def swapped(em: Emitter, n, ins):
+        out = real.fn(em, n, ins)
+        last = em.ops[-1]
+        lay = em.layouts[out]
+        rows = lay.device_shape[2] // 2
+        last.output = out + "/in_order"
+        em.layouts[last.output], em.dtypes[last.output] = lay, em.dtypes[out]
+        halves = [em.emit("ttnn.slice", [last.output], f"{out}/half{i}", lay, n.name, starts=[0, 0, i * rows, 0],
+                          ends=[1, 1, (i + 1) * rows, 1], steps=[1, 1, 1, 1]) for i in (1, 0)]
+        return em.emit("ttnn.concat", halves, out, lay, n.name, out_shape=lay.device_shape, dim=2)
+
+    monkeypatch.setitem(registry.LOWERINGS, "spc.ScoreFold",
+                        registry.Lowering(swapped, real.check, real.integers, real.conv_form))
+    result = compile_onnx(model, tmp_path / "fold.ttplan", batch=2)
+    notes = [n for n in result.notes if n.startswith("validation:")]
+    assert len(notes) == 1 and "fuse-score-fold" in notes[0], result.notes
+    assert "spc.ScoreFold" not in result.graph.op_counts()

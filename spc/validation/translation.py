@@ -208,11 +208,11 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
     spec = program.inputs[0]
     plan_shape = tuple(int(d) for d in spec.shape)
     own = source.shapes.get(source.inputs[0]) or plan_shape
-    # a --batch plan takes B images where its source takes one: B copies of one image, each
-    # image's results the source's (distinct images per batch: tests/test_batch.py)
+    # a --batch plan takes B images where its source takes one: B images, each its own cut values,
+    # the source run on each; image k's results must be the source's on image k
     batch = plan_shape[0] // own[0] if own[0] and plan_shape[1:] == own[1:] and plan_shape[0] % own[0] == 0 else 1
-    one = draw.random(own if batch > 1 else plan_shape, np.float32)
-    image = np.concatenate([one] * batch) if batch > 1 else one
+    ones = [draw.random(own if batch > 1 else plan_shape) for _ in range(batch)]
+    image = np.concatenate(ones) if batch > 1 else ones[0]
     by_node = {n.name: n for n in g.nodes}
     chosen = [n for n in g.nodes if any(o.name in approximated for o in n.outputs)]
     if chosen:
@@ -238,15 +238,17 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
         if x in {name for name, _, _ in convs.values()}}
     # which cut feeds a score fold (the data chosen by it; the fold itself is still checked)
     folds = {n.inputs[0].name for n in g.nodes if n.op.name == "spc.ScoreFold" and n.inputs[0] is not None}
-    values = {name: _seeded(shape, relu, draw, name in folds) for k, (name, shape, relu) in convs.items()
-              if k in used or name in read}
-    given = {k: DeviceLayout.of(_times(convs[k][1], batch)).to_device(np.concatenate([values[convs[k][0]]] * batch))
-             for k in used}
+    per_image = [{name: _seeded(shape, relu, draw, name in folds) for k, (name, shape, relu) in convs.items()
+                  if k in used or name in read} for _ in range(batch)]
+    values = per_image[0]
+    given = {k: DeviceLayout.of(_times(convs[k][1], batch)).to_device(
+        np.concatenate([v[convs[k][0]] for v in per_image])) for k in used}
     dev = run_device(program, tensors, dev_in, wanted, given)
     try:
-        src = source.run({source.inputs[0]: one}, values, also)
+        srcs = [source.run({source.inputs[0]: x}, v, also) for x, v in zip(ones, per_image)]
     except (MissingValue, NodeFailed) as exc:
         raise SpcError(f"validation: the source graph does not run on a seeded image ({exc})") from None
+    src = srcs[0]
     verdict = Verdict(None, cut=len(used), cut_values=sorted(values), between_skipped=skipped)
     selected = _after_selections(g)
     cut_names = {convs[k][0] for k in convs}
@@ -256,13 +258,13 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
         if t.name in host:  # a device input: the host stage's, checked with the host stage
             continue
         got = t.to_host(dev[t.name])
-        why = _difference(got, _per_image(np.asarray(src[ir_name]), got.shape, batch), ir_name in selected)
+        why = _difference(got, _per_image([np.asarray(e[ir_name]) for e in srcs], got.shape), ir_name in selected)
         if why is not None:
             verdict.departure = _departure(ir_name, g, why)
             break
         verdict.compared.append(ir_name)
     if verdict.departure is None:
-        verdict.departure = _outputs(program, tensors, host, dev, src, source, g, verdict, batch)
+        verdict.departure = _outputs(program, tensors, host, dev, srcs, source, g, verdict)
     if verdict.departure is None:
         verdict.departure = check_windows(g, program, tensors, source)
     verdict.seconds = time.perf_counter() - t0
@@ -297,16 +299,21 @@ def _times(shape: tuple[int, ...], batch: int) -> tuple[int, ...]:
     return (shape[0] * batch, *shape[1:])
 
 
-def _per_image(want: np.ndarray, shape: tuple[int, ...], batch: int) -> np.ndarray:
-    """The source's value as a batch plan holds it for ``batch`` copies of the image: stacked
-    on a new first axis or concatenated on the first, as the plan's shape says; else as it is."""
-    if batch == 1 or tuple(want.shape) == tuple(shape):
-        return want
-    if tuple(shape) == (batch, *want.shape):
-        return np.stack([want] * batch)
-    if want.ndim and tuple(shape) == (want.shape[0] * batch, *want.shape[1:]):
-        return np.concatenate([want] * batch)
-    return want
+def _per_image(wants: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+    """The source's values on each image as a batch plan holds them: stacked on a new first axis
+    or concatenated on the first, as the plan's shape says, sizes that differ (keypoint counts)
+    zero-padded at the end to the largest (passes/batch_images.py); one image's as it is."""
+    if len(wants) == 1:
+        return wants[0]
+    if any(w.ndim != wants[0].ndim for w in wants) or wants[0].ndim == 0:
+        return np.stack(wants) if wants[0].ndim == 0 else wants[0]
+    size = [max(w.shape[i] for w in wants) for i in range(wants[0].ndim)]
+    padded = [np.pad(w, [(0, n - m) for n, m in zip(size, w.shape)]) for w in wants]
+    if tuple(shape) == (len(wants), *size):
+        return np.stack(padded)
+    if tuple(shape) == (size[0] * len(wants), *size[1:]):
+        return np.concatenate(padded)
+    return wants[0]
 
 
 def _cuts(ops: list[TtOp], by_node: dict[str, Node], source: Source,
@@ -361,8 +368,8 @@ def _host_results(tensors: list[DeviceTensor], nodes: list, dev: dict[str, np.nd
 
 
 def _outputs(program: Program, tensors: Mapping[str, np.ndarray], host: dict[str, np.ndarray],
-             dev: dict[str, np.ndarray], src: dict[str, np.ndarray], source: Source, g: Graph,
-             verdict: Verdict, batch: int = 1) -> Departure | None:
+             dev: dict[str, np.ndarray], srcs: list[dict[str, np.ndarray]], source: Source, g: Graph,
+             verdict: Verdict) -> Departure | None:
     """The plan's outputs, after its host stage, against the source's: the compact read-back and,
     where the plan has one, the dense one a frame with too many keypoints takes."""
     consts = dict(tensors)
@@ -376,14 +383,14 @@ def _outputs(program: Program, tensors: Mapping[str, np.ndarray], host: dict[str
             continue
         verdict.paths.append(label)
         for spec, want_name in zip(program.outputs, source.outputs):
-            got, want = env.get(spec.name), src.get(want_name)
-            if got is None or want is None:
+            got = env.get(spec.name)
+            if got is None or any(want_name not in e for e in srcs):
                 continue
-            want = np.asarray(want)
+            wants = [np.asarray(e[want_name]) for e in srcs]
             if DType(spec.dtype) is DType.BOOL:
-                want = want.astype(bool)
+                wants = [w.astype(bool) for w in wants]
             got = np.asarray(got)
-            why = _difference(got, _per_image(want, got.shape, batch))
+            why = _difference(got, _per_image(wants, got.shape))
             if why is not None:
                 d = _departure(spec.name, g, f"output {spec.name} ({label} read-back): {why}")
                 d.tensor = spec.name
