@@ -75,25 +75,30 @@ def test_score_fold_near_misses_compute_what_onnxruntime_does(tmp_path: Path, mo
     assert not [n for n in result.notes if n.startswith("validation:")]  # the fused plan held
 
 
-def _swap_permute(op_name: str, call: str, dims: list[int]):
-    """A lowering of ``op_name`` that emits its ``call`` with ``dims`` (two axes swapped)."""
-    real = registry.LOWERINGS[op_name]
+def _planted(op_name: str, call: str, edit) -> registry.Lowering:
+    """``op_name``'s lowering with each ``call`` it emits given ``edit(args)``'s arguments instead."""
+    real = registry.lowering_for(op_name)
+    assert real is not None
 
     def wrong(em: Emitter, n, ins):
         first = len(em.ops)
         out = real.fn(em, n, ins)
         for op in em.ops[first:]:
             if op.op == call:
-                op.args = {**op.args, "dims": dims}
+                op.args = edit(op.args)
         return out
 
     return registry.Lowering(wrong, real.check, real.integers, real.conv_form)
 
 
+def _swap_permute(op_name: str, call: str, dims: list[int]) -> registry.Lowering:
+    """A lowering of ``op_name`` that emits its ``call`` with ``dims`` (two axes swapped)."""
+    return _planted(op_name, call, lambda args: {**args, "dims": dims})
+
+
 def test_a_planted_wrong_fused_lowering_is_caught_and_the_fusion_dropped(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     model = _fold_model(tmp_path / "fold.onnx", channels_last=False)
-    registry.lowering_for("spc.ScoreFold")
     monkeypatch.setitem(registry.LOWERINGS, "spc.ScoreFold", _swap_permute("spc.ScoreFold", "ttnn.permute",
                                                                            [0, 3, 2, 1, 4]))
     result = compile_onnx(model, tmp_path / "fold.ttplan")
@@ -112,18 +117,8 @@ def test_a_planted_wrong_conv_lowering_is_caught_on_a_small_map(tmp_path: Path,
     """The convolutions are cut from the full-size run and checked on a small map: a lowering
     that swapped height and width departs there, and the conv is left to the host, op by op."""
     model = _fold_model(tmp_path / "fold.onnx", channels_last=False, k=3)
-    real = registry.lowering_for("spc.Conv2d")
-    assert real is not None
-
-    def swapped(em: Emitter, n, ins):
-        first = len(em.ops)
-        out = real.fn(em, n, ins)
-        for op in em.ops[first:]:
-            if op.op == "ttnn.conv2d":
-                op.args = {**op.args, "input_height": op.args["input_width"], "input_width": op.args["input_height"]}
-        return out
-
-    monkeypatch.setitem(registry.LOWERINGS, "spc.Conv2d", registry.Lowering(swapped, real.check, real.integers, real.conv_form))
+    monkeypatch.setitem(registry.LOWERINGS, "spc.Conv2d", _planted("spc.Conv2d", "ttnn.conv2d", lambda args: {
+        **args, "input_height": args["input_width"], "input_width": args["input_height"]}))
     result = compile_onnx(model, tmp_path / "fold.ttplan")
     notes = [n for n in result.notes if n.startswith("validation:")]
     assert len(notes) == 1 and "%logits" in notes[0] and "fuse-conv-bias-relu dropped" in notes[0], result.notes
@@ -146,7 +141,6 @@ def test_a_planted_wrong_lowering_outside_any_fusion_refuses_the_model(tmp_path:
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """No fusion to drop: a bug, reported as such with the node and the tensor, and no plan."""
     model = _transposing_model(tmp_path / "t.onnx")
-    registry.lowering_for("onnx.Transpose")
     monkeypatch.setitem(registry.LOWERINGS, "onnx.Transpose", _swap_permute("onnx.Transpose", "ttnn.permute",
                                                                             [0, 3, 1, 2]))
     out = tmp_path / "t.ttplan"
@@ -337,19 +331,8 @@ def test_what_lies_between_two_convolutions_is_compared(tmp_path: Path, monkeypa
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 2, 8, 12])], inits)
     model = tmp_path / "between.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
-    real = registry.lowering_for("onnx.LeakyRelu")
-    assert real is not None
-
-    def wrong(em: Emitter, n, ins):
-        first = len(em.ops)
-        out = real.fn(em, n, ins)
-        for op in em.ops[first:]:
-            if "negative_slope" in op.args:
-                op.args = {**op.args, "negative_slope": 0.9}
-        return out
-
     monkeypatch.setitem(registry.LOWERINGS, "onnx.LeakyRelu",
-                        registry.Lowering(wrong, real.check, real.integers, real.conv_form))
+                        _planted("onnx.LeakyRelu", "ttnn.leaky_relu", lambda args: {**args, "negative_slope": 0.9}))
     with pytest.raises(SpcError, match=r"spc bug: the plan departs from the model at %b"):
         compile_onnx(model, tmp_path / "between.ttplan")
 

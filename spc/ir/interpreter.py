@@ -11,7 +11,7 @@ the conformance runs (frontend/conformance.py).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -76,6 +76,23 @@ def run(steps: Iterable[Step], env: dict[Hashable, np.ndarray], constants: Mappi
             for k, r in zip(s.outputs, results):
                 env[k] = np.asarray(r)
     return env
+
+
+def demanded(nodes: Sequence[Any], wanted: Iterable[Hashable], given: Collection[Hashable],
+             outputs: Callable[[Any], Iterable[Hashable]] = lambda n: n.outputs) -> list[Any]:
+    """The ``nodes`` (anything with ``inputs``, and ``outputs`` by the function given) that the
+    keys ``wanted`` depend on, in their order, not looking past the keys in ``given``: what a
+    run needs to compute (the compile's validation runs the source and the plan so)."""
+    maker = {k: i for i, n in enumerate(nodes) for k in outputs(n)}
+    keep: set[int] = set()
+    stack = [maker[w] for w in wanted if w in maker and w not in given]
+    while stack:
+        i = stack.pop()
+        if i in keep:
+            continue
+        keep.add(i)
+        stack.extend(maker[x] for x in nodes[i].inputs if x in maker and x not in given)
+    return [n for i, n in enumerate(nodes) if i in keep]
 
 
 class NodeSteps(Struct, frozen=True):

@@ -83,6 +83,12 @@ class TtOp(Struct):
                 "shape": list(self.shape), "extra_outputs": list(self.extra_outputs),
                 "extra_dtypes": [d.value for d in self.extra_dtypes]}
 
+    def stock_calls(self) -> list[TtOp]:
+        """The stock ttnn calls this call is: itself, or a fused kernel's composed calls (kernels/)."""
+        if self.op != "spc.kernel":
+            return [self]
+        return [TtOp.from_step(c, self.source, self.block) for c in self.args["composed"]]
+
     @staticmethod
     def from_step(step: dict[str, Any], source: str, block: str) -> TtOp:
         """One of the stock calls a fused kernel replaces (``args["composed"]``: kernels/), as a call."""

@@ -9,49 +9,37 @@ check at the model's size skips the arithmetic it does not look at.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 import numpy as np
 
 from spc.errors import SpcError
+from spc.ir.interpreter import demanded
 from spc.plan.program import Program, TtOp
 from spc.ttnn.semantics import MEANINGS
 
 
 def flat_ops(program: Program) -> list[TtOp]:
     """The program's calls, each fused kernel as the stock calls it composes (kernels/)."""
-    out: list[TtOp] = []
-    for op in program.device_ops:
-        if op.op == "spc.kernel":
-            out.extend(TtOp.from_step(c, op.source, op.block) for c in op.args["composed"])
-        else:
-            out.append(op)
-    return out
+    return [c for op in program.device_ops for c in op.stock_calls()]
 
 
-def needed(ops: list[TtOp], wanted: Iterable[str], given: Mapping[str, np.ndarray]) -> list[TtOp]:
+def needed(ops: list[TtOp], wanted: Iterable[str], given: Collection[str]) -> list[TtOp]:
     """The calls that ``wanted`` depends on, in order, not looking past the results in ``given``."""
-    maker = {name: i for i, op in enumerate(ops) for name in op.results}
-    keep: set[int] = set()
-    stack = [maker[w] for w in wanted if w in maker and w not in given]
-    while stack:
-        i = stack.pop()
-        if i in keep:
-            continue
-        keep.add(i)
-        stack.extend(maker[x] for x in ops[i].inputs if x in maker and x not in given)
-    return [op for i, op in enumerate(ops) if i in keep]
+    return demanded(ops, wanted, given, lambda op: op.results)
 
 
 def run_device(program: Program, weights: Mapping[str, np.ndarray], inputs: Mapping[str, np.ndarray],
-               wanted: Iterable[str], given: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+               wanted: Iterable[str], given: Mapping[str, np.ndarray] | None = None,
+               calls: list[TtOp] | None = None) -> dict[str, np.ndarray]:
     """The device stage on device-layout ``inputs``: every tensor the ``wanted`` ones need, and
-    those, by name. ``given``: results taken as they are instead of computed (by call result)."""
+    those, by name. ``given``: results taken as they are instead of computed (by call result);
+    ``calls``: the program's :func:`flat_ops`, when the caller has them."""
     given = dict(given or {})
     env: dict[str, np.ndarray] = {k: np.asarray(v, np.float32) for k, v in inputs.items()}
     env.update({c.name: np.asarray(weights[c.weight], np.float32).reshape(c.device_shape) for c in program.constants})
     env.update(given)
-    for op in needed(flat_ops(program), list(wanted), given):
+    for op in needed(flat_ops(program) if calls is None else calls, list(wanted), given):
         fn = MEANINGS.get(op.op)
         if fn is None:
             raise SpcError(f"{op.op} (from {op.source}) has no reference meaning in ttnn/semantics.py")

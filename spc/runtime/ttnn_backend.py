@@ -182,7 +182,7 @@ class TtnnProgram:
             self.kernel_note_given = True
             print("spc: note: kernels run as their composed ttnn calls (TT-Lang kernels are validated in "
                   "tt-lang-sim only)", file=sys.stderr)
-        steps = [TtOp.from_step(c, op.source, op.block) for c in op.args["composed"]]
+        steps = op.stock_calls()
         calls = [(step, self._bind(step)) for step in steps]
 
         def run(env: dict[str, Any]) -> Any:

@@ -36,7 +36,7 @@ from msgspec.structs import replace
 
 from spc.errors import SpcError
 from spc.ir.graph import Graph, Node
-from spc.ir.interpreter import MissingValue, NodeFailed, Step, run
+from spc.ir.interpreter import MissingValue, NodeFailed, Step, demanded, run
 from spc.ir.ops.keypoints import KeypointOverflow
 from spc.ir.types import DType
 from spc.passes.trial_values import TrialValues, hashed_uniform
@@ -70,20 +70,12 @@ class Source(Struct):
 
     def needed(self, given: Collection[str], also: Collection[str] = ()) -> list[Step]:
         """The steps the outputs (and ``also``) need, in order, not looking past ``given``."""
-        maker = {o: i for i, s in enumerate(self.steps) for o in s.outputs}
-        keep: set[int] = set()
-        stack = [maker[o] for o in (*self.outputs, *also) if o in maker and o not in given]
-        while stack:
-            i = stack.pop()
-            if i in keep:
-                continue
-            keep.add(i)
-            stack.extend(maker[x] for x in self.steps[i].inputs if x in maker and x not in given)
-        return [s for i, s in enumerate(self.steps) if i in keep]
+        return demanded(self.steps, (*self.outputs, *also), given)
 
-    def reads(self, given: Collection[str]) -> set[str]:
-        """Which of ``given`` the outputs need."""
-        return {x for s in self.needed(given) for x in s.inputs if x in given} | set(self.outputs) & set(given)
+    def reads(self, given: Collection[str], also: Collection[str] = ()) -> set[str]:
+        """Which of ``given`` the outputs (and ``also``) need."""
+        return ({x for s in self.needed(given, also) for x in s.inputs if x in given}
+                | set((*self.outputs, *also)) & set(given))
 
     def run(self, feeds: Mapping[str, np.ndarray], given: Mapping[str, np.ndarray],
             also: Collection[str] = ()) -> dict[str, np.ndarray]:
@@ -180,7 +172,7 @@ class _Draw:
     def __init__(self, seed: int) -> None:
         self.seed = seed
 
-    def random(self, shape: tuple[int, ...], dtype: type = np.float32) -> np.ndarray:
+    def random(self, shape: tuple[int, ...]) -> np.ndarray:
         self.seed += 1
         return hashed_uniform(tuple(int(d) for d in shape), self.seed)
 
@@ -218,7 +210,8 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
     if chosen:
         source = source.with_meanings([Step(n.name, n.op, tuple(None if v is None else v.name for v in n.inputs),
                                             dict(n.attrs), tuple(o.name for o in n.outputs)) for n in chosen])
-    convs = _cuts(flat_ops(program), by_node, source, batch)
+    calls = flat_ops(program)
+    convs = _cuts(calls, by_node, source, batch)
     host: dict[str, np.ndarray] = {spec.name: image}
     try:
         run_host(program.host_pre, host, dict(tensors))
@@ -228,14 +221,12 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
     # what the outputs need, and what the convolutions read where that costs little: the tensors
     # compared are those computed on the way
     wanted = [t.name for t in (*program.device_outputs, *program.fallback_outputs)]
-    between, skipped = _between(flat_ops(program), by_node, convs, source, set(dev_in))
+    between, skipped = _between(calls, by_node, convs, source, set(dev_in))
     wanted += [d for d, _ in between]
-    ops = needed(flat_ops(program), wanted, {k: np.empty(0) for k in convs})
+    ops = needed(calls, wanted, convs.keys())
     used = {x for op in ops for x in op.inputs if x in convs} | {w for w in wanted if w in convs}
     also = [s for _, s in between if s]
-    read = source.reads({name for name, _, _ in convs.values()}) | {  # the source may read others than the plan
-        x for st in source.needed({name for name, _, _ in convs.values()}, also) for x in st.inputs
-        if x in {name for name, _, _ in convs.values()}}
+    read = source.reads({name for name, _, _ in convs.values()}, also)  # the source may read others than the plan
     # which cut feeds a score fold (the data chosen by it; the fold itself is still checked)
     folds = {n.inputs[0].name for n in g.nodes if n.op.name == "spc.ScoreFold" and n.inputs[0] is not None}
     per_image = [{name: _seeded(shape, relu, draw, name in folds) for k, (name, shape, relu) in convs.items()
@@ -243,7 +234,7 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
     values = per_image[0]
     given = {k: DeviceLayout.of(_times(convs[k][1], batch)).to_device(
         np.concatenate([v[convs[k][0]] for v in per_image])) for k in used}
-    dev = run_device(program, tensors, dev_in, wanted, given)
+    dev = run_device(program, tensors, dev_in, wanted, given, calls)
     try:
         srcs = [source.run({source.inputs[0]: x}, v, also) for x, v in zip(ones, per_image)]
     except (MissingValue, NodeFailed) as exc:
@@ -280,13 +271,12 @@ def _between(ops: list[TtOp], by_node: dict[str, Node], convs: dict, source: Sou
     lies between two convolutions (a pool, a per-channel scale, a layout change), where the cut
     values it needs are at most BETWEEN_CAP elements; and how many were left out for their size.
     Near the image the maps are large (64 x 480 x 640 per value): those are the window checks'."""
-    placeholder = {k: np.empty(0) for k in convs}
     out, skipped = [], 0
     for op in ops:
         n = by_node.get(op.source)
         if op.op != "ttnn.conv2d" or n is None or not op.inputs or op.inputs[0] in convs or op.inputs[0] in inputs:
             continue
-        cuts = {x for c in needed(ops, [op.inputs[0]], placeholder) for x in c.inputs if x in convs}
+        cuts = {x for c in needed(ops, [op.inputs[0]], convs.keys()) for x in c.inputs if x in convs}
         if sum(math.prod(convs[c][1]) for c in cuts) > BETWEEN_CAP:
             skipped += 1
             continue
@@ -503,23 +493,13 @@ def _source_window(source: Source | None, entry: str, value: str, data: np.ndarr
     values and only window and per-element steps between them (what a conv fusion folds); else None."""
     if source is None or entry not in source.shapes or value not in source.shapes:
         return None
-    maker = {o: i for i, st in enumerate(source.steps) for o in st.outputs}
-    keep: set[int] = set()
-    stack = [maker[value]] if value in maker else []
-    while stack:
-        i = stack.pop()
-        if i in keep:
-            continue
-        keep.add(i)
-        if len(keep) > 8:
-            return None
-        for x in source.steps[i].inputs:
-            if x is not None and x != entry and x in maker and x not in source.constants:
-                stack.append(maker[x])
-    steps = [st for i, st in enumerate(source.steps) if i in keep]
+    steps = demanded(source.steps, [value], {entry})
+    if len(steps) > 8:
+        return None
     if not steps or any(st.op.name not in _WINDOW_SOURCE_OPS for st in steps):
         return None
-    if any(x is not None and x != entry and x not in source.constants and x not in maker
+    made = {o for st in steps for o in st.outputs}
+    if any(x is not None and x != entry and x not in source.constants and x not in made
            for st in steps for x in st.inputs):
         return None  # reads another input than the entry
     return run(steps, {entry: data}, source.constants, quiet=True).get(value)
