@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spc.frontend.conformance import cases, restamped
+from spc.frontend.conformance import case_array, cases, restamped
 from spc.frontend.onnx_import import import_model
 from spc.ir.graph import Placement
 from spc.lowering.lower import lower
@@ -44,7 +44,7 @@ def with_constant_parameters(case, parameters_from: int = 99):
     inputs = case.data_sets[0][0]
     kept, data = [], []
     for i, (vi, x) in enumerate(zip(list(out.graph.input), inputs)):
-        x = np.asarray(x)
+        x = case_array(x)
         if x.dtype.kind in "iu" or i >= parameters_from:
             out.graph.initializer.append(numpy_helper.from_array(x, vi.name))
         else:

@@ -99,7 +99,7 @@ def standard_dumps_match(src: Path, folder: Path, shape: tuple[int, ...]) -> lis
 
 def test_the_dumps_of_onnx_ops_compute_what_the_source_does(small_onnx: Path, dumps: tuple[Path, Path]) -> None:
     standard = standard_dumps_match(small_onnx, dumps[0], (1, 3, *SMALL))
-    assert "01-fold-constants.onnx" in standard and "05-fold-batchnorm.onnx" in standard
+    assert "02-fold-constants.onnx" in standard and "06-fold-batchnorm.onnx" in standard
 
 
 @pytest.mark.parametrize("name", ["magicleap_legacy_op11", "hf_legacy"])
@@ -111,13 +111,13 @@ def test_older_opsets_and_the_legacy_exporter_export_back(name: str, tmp_path: P
     for path in tmp_path.glob("*.onnx"):
         onnx.checker.check_model(onnx.load(path), full_check=True)
     channels = CORPUS[name].channels
-    assert len(standard_dumps_match(src, tmp_path, (1, channels, *SMALL))) == 6  # input .. fold-batchnorm
+    assert len(standard_dumps_match(src, tmp_path, (1, channels, *SMALL))) == 7  # input .. fold-batchnorm
 
 
 def test_fused_ops_keep_their_domain_attributes_and_the_decisions_as_metadata(dumps: tuple[Path, Path]) -> None:
     folder, _ = dumps
-    before = onnx.load(folder / "11-fuse-keypoints.onnx")
-    chosen = onnx.load(folder / "12-choose-precision.onnx")
+    before = onnx.load(folder / "12-fuse-keypoints.onnx")
+    chosen = onnx.load(folder / "13-choose-precision.onnx")
     planned = onnx.load(folder / f"{STAGE:02d}-choose-memory-config.onnx")
     nms = node_named(chosen, "nms")
     assert (nms.domain, nms.op_type) == (SPC_DOMAIN, "Nms")
@@ -175,16 +175,16 @@ def test_dot_labels_show_the_choices_and_the_stored_formats(dumps: tuple[Path, P
     folder, _ = dumps
     placed, chosen, planned = (
         (folder / f"{i:02d}-{n}.dot").read_text()
-        for i, n in ((11, "fuse-keypoints"), (12, "choose-precision"), (STAGE, "choose-memory-config")))
+        for i, n in ((12, "fuse-keypoints"), (13, "choose-precision"), (STAGE, "choose-memory-config")))
     assert len({placed, chosen, planned}) == 3
     assert "bfloat16[" not in placed and "f32[1,64,120,160]" in placed  # no format chosen yet
     assert "bfloat16[1,64,120,160]" in chosen and "w:bfloat16 HiFi4 fp32acc l1acc out:bfloat16" in chosen
     assert f'@device \\"{FIRST_CONV}\\"' in chosen
     assert "memory: l1" in planned and "memory_config: DRAM_INTERLEAVED" in planned
     # other choices, other labels: the fast preset and a block forced to DRAM
-    fast = (other_dumps / "12-choose-precision.dot").read_text()
+    fast = (other_dumps / "13-choose-precision.dot").read_text()
     assert fast != chosen and "w:bfloat8_b LoFi fp32acc out:bfloat16" in fast
-    assert (other_dumps / "11-fuse-keypoints.dot").read_text() == placed
+    assert (other_dumps / "12-fuse-keypoints.dot").read_text() == placed
     forced = (other_dumps / f"{STAGE:02d}-choose-memory-config.dot").read_text()
     assert "memory: dram:height=2" in forced and "memory: dram:height=2" not in planned
     forced_onnx = onnx.load(other_dumps / f"{STAGE:02d}-choose-memory-config.onnx")

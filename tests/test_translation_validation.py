@@ -361,3 +361,59 @@ def test_a_batch_plan_that_swaps_its_images_is_refused(tmp_path: Path, monkeypat
     notes = [n for n in result.notes if n.startswith("validation:")]
     assert len(notes) == 1 and "fuse-score-fold" in notes[0], result.notes
     assert "spc.ScoreFold" not in result.graph.op_counts()
+
+
+def _quantized_model(path: Path) -> Path:
+    """Two convolutions with a max pool between, quantized by onnxruntime's quantize_static (QDQ,
+    int8 weights per channel, uint8 activations) as edge deployments prepare a model."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32) * k, n)
+             for n, s, k in (("w1", (8, 1, 3, 3), 0.5), ("b1", (8,), 0.1), ("w2", (6, 8, 3, 3), 0.2),
+                             ("b2", (6,), 0.1))]
+    nodes = [helper.make_node("Conv", ["image", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p1", "w2", "b2"], ["out"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "q", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 1, 16, 24])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 6, 8, 12])], inits)
+    plain = path.with_name("plain.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), plain)
+    feeds = iter([{"image": rng.random((1, 1, 16, 24), dtype=np.float32)} for _ in range(4)])
+
+    class Feeds(CalibrationDataReader):
+        def get_next(self) -> dict | None:
+            return next(feeds, None)
+
+    quantize_static(str(plain), str(path), Feeds(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return path
+
+
+def test_a_quantized_model_computes_what_onnxruntime_computes(tmp_path: Path) -> None:
+    """The QDQ pairs become spc.FakeQuant, the convolutions integer convolutions with their scale;
+    on the emulated device the outputs are onnxruntime's integer kernels' but for a few steps."""
+    model = _quantized_model(tmp_path / "q.onnx")
+    result = compile_onnx(model, tmp_path / "q.ttplan")
+    counts = result.graph.op_counts()
+    assert counts.get("spc.Conv2d") == 2 and "onnx.QuantizeLinear" not in counts, counts
+    assert not [n for n in result.notes if n.startswith("validation:")], result.notes
+    convs = [n for n in result.graph.nodes if n.op.name == "spc.Conv2d"]
+    assert all(n.input(3) is not None and n.precision.output_dtype.value == "float32" for n in convs)
+    np.testing.assert_array_equal(convs[0].inputs[1].data, np.round(convs[0].inputs[1].data))  # integers
+    x = np.random.default_rng(10).random((1, 1, 16, 24), dtype=np.float32)
+    got, want = _run(tmp_path / "q.ttplan", x), _ort(model, x)  # onnxruntime: its QLinearConv kernels
+    step = float(numpy_helper.to_array(next(i for i in onnx.load(model).graph.initializer
+                                            if i.name == "out_scale")))
+    off = np.abs(got - want) / step
+    assert off.max() <= 1.01 and np.mean(off > 0.5) < 0.02, (off.max(), np.mean(off > 0.5))
+
+
+def test_a_planted_wrong_quantization_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _quantized_model(tmp_path / "q.onnx")
+    monkeypatch.setitem(registry.LOWERINGS, "spc.FakeQuant", _planted("spc.FakeQuant", "ttnn.clamp", lambda args: {
+        **args, "max": args["max"] - 100}))
+    with pytest.raises(SpcError, match=r"spc bug: the plan departs from the model at %\S+ \(spc\.FakeQuant"):
+        compile_onnx(model, tmp_path / "q.ttplan")
+    assert not (tmp_path / "q.ttplan").exists()

@@ -33,7 +33,7 @@ from spc.frontend.onnx_import import MAX_OPSET, MIN_OPSET
 # refusals by what the importer says, whatever the case: element types spc does not take
 REFUSED_MESSAGES: dict[str, str] = {
     r"unsupported ONNX element type (STRING|COMPLEX|FLOAT8|UINT4|INT4|FLOAT4|UINT2|INT2)":
-        "strings, complex numbers and 8/4/2-bit types are not part of a vision model's graph",
+        "strings, complex numbers, float8 and 4/2-bit types: spc takes 8 to 64-bit integers and 16 to 64-bit floats",
     r"unsupported ONNX element type UNDEFINED": "a value without an element type cannot be compiled",
     r"unsupported ONNX element type BFLOAT16": "bfloat16 is a device storage format in spc; models come in float32",
 }
@@ -41,10 +41,10 @@ REFUSED_MESSAGES: dict[str, str] = {
 
 def exceptions() -> dict[str, str]:
     """Case name (or a prefix ending in "*") -> why spc refuses it, from the op modules."""
-    from spc.ir.ops import onnx_elementwise, onnx_nn, onnx_tensor
+    from spc.ir.ops import onnx_elementwise, onnx_nn, onnx_quant, onnx_tensor
 
     out: dict[str, str] = {}
-    for module in (onnx_elementwise, onnx_tensor, onnx_nn):
+    for module in (onnx_elementwise, onnx_tensor, onnx_nn, onnx_quant):
         out.update(module.CONFORMANCE_EXCEPTIONS)
     return out
 
@@ -151,7 +151,7 @@ def _same(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str | 
     return None
 
 
-def _array(x: Any) -> np.ndarray:
+def case_array(x: Any) -> np.ndarray:
     """Case data as numpy: newer cases store some tensors as TensorProto."""
     from onnx import TensorProto, numpy_helper
 
@@ -170,7 +170,7 @@ def run_case(case: Any) -> CaseResult:
     try:
         g = import_model(model, Path(case.name + ".onnx"), "case")
         for inputs, outputs in case.data_sets:
-            inputs, outputs = [_array(x) for x in inputs], [_array(x) for x in outputs]
+            inputs, outputs = [case_array(x) for x in inputs], [case_array(x) for x in outputs]
             feeds = {v.name: x for v, x in zip(g.inputs, inputs)}
             got = evaluate_graph(g, feeds)
             if len(got) != len(outputs):

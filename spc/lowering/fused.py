@@ -9,6 +9,7 @@ from spc.ir.graph import Node, Value
 from spc.lowering.emitter import Emitter
 from spc.lowering.registry import lowers
 from spc.ttnn.configs import Activation, ComputeConfig, Conv2dConfig, PageLayout
+from spc.ttnn.formats import DataFormat
 from spc.ttnn.layout import DeviceLayout, PlainLayout
 from spc.ttnn.memory import DRAM_INTERLEAVED, L1_FULL
 from spc.ttnn.precision import BlockPrecision
@@ -59,18 +60,41 @@ def _conv2d(em: Emitter, n: Node, ins: list[str]) -> str:
     src = _layout(x)
     ins = [em.to_nhwc(ins[0], x, n.name)]
     pads = n.attrs["pads"]
+    scale = n.input(3)
     weights = {"weight_tensor": em.weight(w)}
-    if b is not None:
+    if b is not None and scale is None:
         weights["bias_tensor"] = em.weight(b)
     p = n.precision or BlockPrecision()
     conv_config = Conv2dConfig(p.weights_dtype, Activation.RELU if n.attrs["activation"] == "relu" else None)
     compute_config = ComputeConfig(p.math_fidelity, p.fp32_dest_acc_en, p.packer_l1_acc)
-    return em.emit("ttnn.conv2d", [ins[0]], n.output.name, _layout(n.output), n.name, weights,
-                   store=p.output_dtype, in_channels=src.c, out_channels=int(w.type.static_shape[0]), batch_size=src.n,
-                   input_height=src.h, input_width=src.w, kernel_size=list(n.attrs["kernel_shape"]),
-                   stride=list(n.attrs["strides"]), padding=[pads[0], pads[2], pads[1], pads[3]],
-                   dilation=list(n.attrs["dilations"]), groups=int(n.attrs["group"]), dtype=p.output_dtype,
-                   conv_config=conv_config, compute_config=compute_config, slice_config=L1_FULL)
+    # a scaled conv: the integers' sum in float32 (exact to 2^24), then times the scale and plus the
+    # bias, both float32 (a bias in the weights' bf16 would move the sum by up to 1/512 of itself);
+    # relu(a) * s = relu(a * s) for s > 0, and a bias comes only with a rectifying conv fused after it
+    out, store = (n.output.name + "/integers", DataFormat.FLOAT32) if scale is not None else (n.output.name,
+                                                                                                  p.output_dtype)
+    relu_late = scale is not None and b is not None and conv_config.activation is not None
+    if relu_late:
+        conv_config = Conv2dConfig(p.weights_dtype, None)
+    y = em.emit("ttnn.conv2d", [ins[0]], out, _layout(n.output), n.name, weights,
+                store=store, in_channels=src.c, out_channels=int(w.type.static_shape[0]), batch_size=src.n,
+                input_height=src.h, input_width=src.w, kernel_size=list(n.attrs["kernel_shape"]),
+                stride=list(n.attrs["strides"]), padding=[pads[0], pads[2], pads[1], pads[3]],
+                dilation=list(n.attrs["dilations"]), groups=int(n.attrs["group"]), dtype=store,
+                conv_config=conv_config, compute_config=compute_config, slice_config=L1_FULL)
+    if scale is None:
+        return y
+    c, f32, lay = int(scale.type.numel), DataFormat.FLOAT32, _layout(n.output)
+    k = em.constant(scale, scale.data, [1, 1, 1, c], n.name, dtype=f32)
+    last = b is None and not relu_late
+    y = em.emit("ttnn.multiply", [y, k], n.output.name if last else n.output.name + "/scaled", lay, n.name,
+                store=p.output_dtype if last else f32)
+    if b is not None:
+        kb = em.constant(b, b.data, [1, 1, 1, c], n.name, dtype=f32)
+        y = em.emit("ttnn.add", [y, kb], n.output.name + "/biased" if relu_late else n.output.name, lay, n.name,
+                    store=f32 if relu_late else p.output_dtype)
+    if relu_late:
+        y = em.emit("ttnn.relu", [y], n.output.name, lay, n.name, store=p.output_dtype)
+    return y
 
 
 @lowers("onnx.MaxPool", check=_pool_check, conv_form=True)

@@ -30,6 +30,7 @@ from spc.lowering.registry import lowers
 from spc.ttnn.configs import PageLayout
 from spc.ttnn.formats import DataFormat
 from spc.ttnn.layout import DeviceLayout, Form, Layout, PlainLayout
+from spc.ttnn.memory import DRAM_INTERLEAVED
 
 Ins = list[str | None]
 
@@ -367,6 +368,30 @@ def _clip(em: Emitter, n: Node, ins: Ins) -> str:
     return _chain(em, n, ins, [("ttnn.clamp", ["x"], bounds)])
 
 
+@lowers("spc.FakeQuant", check=_elementwise_check)
+def _fake_quant(em: Emitter, n: Node, ins: Ins) -> str:
+    """x * (1 / s) (ttnn.divide takes tensors only), rounded, clamped, times the unit (s, or 1 for
+    the integers a convolution reads). The steps before the last are kept in float32: bf16 holds
+    x / s to half a step from 64 steps up, so rounding it there would round twice."""
+    x = n.inputs[0]
+    assert x is not None and ins[0] is not None
+    s, lo, hi = float(n.attrs["scale"]), float(n.attrs["lo"]), float(n.attrs["hi"])
+    form = em.form(ins[0])
+    lay, base = _out_layout(form, x if form is Form.NHWC else n.output), n.output.name
+    t = em.tiled(ins[0], n.name)
+    store = n.precision.output_dtype if n.precision is not None else em.dtypes.get(t, DataFormat.BFLOAT16)
+    f32 = DataFormat.FLOAT32
+    # in DRAM: float32 steps take twice the bytes of x, which need not fit beside it in L1
+    t = em.emit("ttnn.to_memory_config", [t], base + "/dram", lay, n.name, memory_config=DRAM_INTERLEAVED)
+    q = em.emit("ttnn.multiply", [t], base + "/steps", lay, n.name, store=f32, scalar=1.0 / s)
+    q = em.emit("ttnn.round", [q], base + "/round", lay, n.name, store=f32)
+    q = em.emit("ttnn.clamp", [q], base + "/clamp", lay, n.name, store=f32, min=lo, max=hi)
+    unit = float(n.attrs["unit"])
+    if unit == 1.0:  # the integers, for a convolution: exact in bf16 up to 256
+        return em.emit("ttnn.typecast", [q], base, lay, n.name, store=DataFormat.BFLOAT16, dtype=DataFormat.BFLOAT16)
+    return em.emit("ttnn.multiply", [q], base, lay, n.name, store=store, scalar=unit)
+
+
 @lowers("onnx.PRelu", check=_elementwise_check)
 def _prelu(em: Emitter, n: Node, ins: Ins) -> str:
     """relu(x) + slope * min(x, 0)."""
@@ -522,11 +547,12 @@ def _batch_norm(em: Emitter, n: Node, ins: Ins) -> str:
         t, shape, lay = em.tiled(em.to_plain(ins[0], x, n.name), n.name), [1, c] + [1] * (x.type.rank - 2), _plain(x)
     w = n.inputs[1]
     assert w is not None
-    ka = em.constant(w, a, shape, n.name)
-    kb = em.constant(n.inputs[2], b, shape, n.name)  # type: ignore[arg-type]
+    # the per-channel factors in float32: in bf16 each would move its channel by up to 1/512
+    ka = em.constant(w, a, shape, n.name, dtype=DataFormat.FLOAT32)
+    kb = em.constant(n.inputs[2], b, shape, n.name, dtype=DataFormat.FLOAT32)  # type: ignore[arg-type]
     # x * a kept in float32: a batch norm after a ReLU (SuperPoint-Open) then rounds once, not twice
     # (measured on its 480x640 export: min score-map PCC 0.9952 -> 0.9976 against onnxruntime)
-    store = em.dtypes.get(t, DataFormat.BFLOAT16)
+    store = n.precision.output_dtype if n.precision is not None else em.dtypes.get(t, DataFormat.BFLOAT16)
     y = em.emit("ttnn.multiply", [t, ka], n.output.name + "/scaled", lay, n.name, store=DataFormat.FLOAT32)
     return em.emit("ttnn.add", [y, kb], n.output.name, lay, n.name, store=store)
 

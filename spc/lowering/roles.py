@@ -23,9 +23,9 @@ _DENSE = {"spc.ScoreFold": "score_map", "spc.Nms": "nms_map", "spc.L2Norm": "des
 
 
 def _passes_through(n: Node) -> bool:
-    """A view, or a cast from float to float (a float16 model's edges, converted with its
-    inputs and outputs kept float32): the value is the same map."""
-    if n.op.name in _VIEWS:
+    """A view, a cast from float to float (a float16 model's edges, converted with its inputs and
+    outputs kept float32) or a quantization (a QDQ model's): the value is the same map."""
+    if n.op.name in _VIEWS or n.op.name == "spc.FakeQuant":
         return True
     x = n.inputs[0] if n.inputs else None
     return n.op.name == "onnx.Cast" and x is not None and x.type.dtype.is_float and n.outputs[0].type.dtype.is_float

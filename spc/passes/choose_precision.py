@@ -13,12 +13,20 @@ The decisions are typed fields of the node (``node.block``, ``node.precision``: 
 :class:`~spc.ttnn.precision.BlockPrecision`), not attributes: convolutions use all of it, other
 device ops the format their output is stored in. The plan comes from the pipeline's options
 (``precision``: a :class:`~spc.ttnn.precision.PrecisionPlan`, a preset plus per-block overrides).
+A value a quantization reads (spc.FakeQuant: a QDQ model's convolutions, batch norms, pools) is
+stored in float32, and so is a scaled convolution's (a quantized model's integer convolution):
+bf16 holds a value to 1/256 of itself, coarser than a step of the integers from 128 steps up.
+A quantization's own result, k * s, is stored in float32 too, unless only max pools and other
+quantizations read it (they recover k from its bf16 exactly).
 """
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from spc.ir.graph import Graph, Node, Placement
 from spc.passes.manager import Pass, PassContext, PassResult
+from spc.ttnn.formats import DataFormat
 from spc.ttnn.precision import BlockPrecision, PrecisionPlan
 
 
@@ -29,8 +37,23 @@ def block_name(n: Node) -> str:
         name = w.name
         for prefix in ("inner.", "model."):
             name = name.removeprefix(prefix)
-        return name.removesuffix("_bn").removesuffix(".weight")
+        return name.removesuffix("_int").removesuffix("_quantized").removesuffix("_bn").removesuffix(".weight")
     return n.name
+
+
+def scaled(n: Node) -> bool:
+    """A convolution with its scale per output channel (fuse-conv-bias-relu's fourth operand)."""
+    return n.op.name == "spc.Conv2d" and len(n.inputs) > 3 and n.inputs[3] is not None
+
+
+_RECOVER_STEPS = {"onnx.MaxPool", "spc.FakeQuant"}
+
+
+def _grid_read(n: Node) -> bool:
+    """A quantization's grid values read by an op that computes with them (a batch norm, the host)."""
+    uses = n.output.uses
+    return n.op.name == "spc.FakeQuant" and float(n.attrs["unit"]) != 1.0 and (
+        not uses or any(u.op.name not in _RECOVER_STEPS for u, _ in uses))
 
 
 class ChoosePrecision(Pass):
@@ -42,6 +65,8 @@ class ChoosePrecision(Pass):
         plan: PrecisionPlan = ctx.options.precision
         counts: dict[str, int] = {}
         changed = False
+        quantized = {id(v.producer) for n in g.nodes if n.op.name == "spc.FakeQuant"
+                     for v in n.inputs if v is not None and v.producer is not None}
         for n in g.nodes:
             if n.placement is not Placement.DEVICE:
                 continue
@@ -49,7 +74,9 @@ class ChoosePrecision(Pass):
             p = plan.for_block(block)
             if n.op.name != "spc.Conv2d":
                 p = BlockPrecision(output_dtype=p.output_dtype)  # only the stored format applies
-            else:
+            if (scaled(n) or id(n) in quantized or _grid_read(n)) and p.output_dtype is not DataFormat.FLOAT32:
+                p = replace(p, output_dtype=DataFormat.FLOAT32)
+            if n.op.name == "spc.Conv2d":
                 counts[p.spell()] = counts.get(p.spell(), 0) + 1
             changed |= (n.block, n.precision) != (block, p)
             n.block, n.precision = block, p

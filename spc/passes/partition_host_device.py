@@ -5,7 +5,9 @@ Where an op can run is decided by one table, the lowerings (lowering/registry.py
 the host, with its reason. There is one device stage:
 
 * host-pre: what reads only the graph inputs and either only rearranges them (a channel pick of
-  the image) or cannot run on the device, so the device receives the tensor it computes on;
+  the image), quantizes them to integers (a QDQ model's first spc.FakeQuant, with the cheap
+  arithmetic before it, an RGB-to-grey sum: the device's bf16 input holds the integers exactly,
+  the float image not) or cannot run on the device, so the device receives the tensor it computes on;
 * host-post: every node the device cannot run and everything after it (data-dependent shapes such
   as NonZero's, integer index arithmetic), and then, repeatedly, a cheap device node (element-wise,
   a view) whose results only the host reads: computing it on the host costs nothing and reads
@@ -47,6 +49,29 @@ CHEAP = {"onnx.Identity", "onnx.Reshape", "onnx.Squeeze", "onnx.Unsqueeze", "onn
          "onnx.Gather", "onnx.Transpose", "onnx.Concat", "onnx.Pad", "onnx.Dropout", "onnx.Floor", "onnx.Ceil",
          "onnx.Round", "onnx.Sign"}
 MAX_NOTED = 4
+_REDUCTIONS = {"onnx.ReduceSum", "onnx.ReduceMean", "spc.FakeQuant"}  # (and quantizations between)
+
+
+def _before_integers(g: Graph) -> set[int]:
+    """The quantizations to integers of the graph's inputs and the cheap arithmetic between them."""
+    out: set[int] = set()
+    for n in g.nodes:
+        if n.op.name != "spc.FakeQuant" or float(n.attrs["unit"]) != 1.0:
+            continue
+        chain, todo, ok = {id(n)}, [v for v in n.inputs if v is not None], True
+        while todo and ok:
+            v = todo.pop()
+            p = v.producer
+            if v.is_const or v in g.inputs:
+                continue
+            ok = p is not None and (p.op.name in CHEAP or p.op.name in _REDUCTIONS) and all(
+                u in chain for o in p.outputs for u in map(id, o.consumers()))
+            if ok and p is not None:
+                chain.add(id(p))
+                todo.extend(x for x in p.inputs if x is not None)
+        if ok:
+            out |= chain
+    return out
 
 
 def _feeds_only_host(n: Node, g: Graph, host: set[int]) -> bool:
@@ -62,12 +87,13 @@ class PartitionHostDevice(Pass):
 
     def run(self, g: Graph, ctx: PassContext) -> PassResult:
         why = {id(n): device_support(n) for n in g.nodes}
+        quantized_input = _before_integers(g)
         pre: set[int] = set()
         post: set[int] = set()
         for n in g.nodes:
             fed = [v for v in n.inputs if v is not None and not v.is_const]
             from_inputs = all(v in g.inputs or (v.producer is not None and id(v.producer) in pre) for v in fed)
-            if fed and from_inputs and (n.op.name in PRE_OPS or why[id(n)] is not None):
+            if fed and from_inputs and (n.op.name in PRE_OPS or why[id(n)] is not None or id(n) in quantized_input):
                 pre.add(id(n))
             elif why[id(n)] is not None or any(v.producer is not None and id(v.producer) in post for v in fed):
                 post.add(id(n))

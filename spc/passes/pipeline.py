@@ -7,6 +7,7 @@ from spc.passes.choose_precision import ChoosePrecision
 from spc.passes.eliminate_dead_code import EliminateDeadCode
 from spc.passes.fold_batchnorm import FoldBatchNorm
 from spc.passes.fold_constants import FoldConstants
+from spc.passes.fold_qdq import FoldQdq
 from spc.passes.fuse_conv_bias_relu import FuseConvBiasRelu
 from spc.passes.fuse_keypoints import FuseKeypoints
 from spc.passes.fuse_l2norm import FuseL2Norm
@@ -22,6 +23,7 @@ def default_pipeline(batch: int = 1) -> list[Pass]:
     """The passes in order; ``batch`` > 1 (``--batch``) adds batch-images once the shapes are
     constants (a batch-1 export's shape arithmetic folded, its one-image loop gone)."""
     return [
+        FoldQdq(),
         FoldConstants(),
         SimplifyShapes(),
         RemoveIdentity(),

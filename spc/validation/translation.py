@@ -121,9 +121,10 @@ class Verdict(Struct):
                 "conv_inputs_not_compared": self.between_skipped}
 
 
-def _difference(got: np.ndarray, want: np.ndarray, selecting: bool = True) -> str | None:
+def _difference(got: np.ndarray, want: np.ndarray, selecting: bool = True, rounded: bool = False) -> str | None:
     """None when ``got`` is ``want`` up to summation order (floats) or, where a selection decided
-    them (``selecting``: after a comparison, NMS, top-K), up to near-ties it flipped."""
+    them (``selecting``: after a comparison, NMS, top-K), up to near-ties it flipped: the rest
+    exactly equal, or (``rounded``: after a rounding to integers) the rest within the tolerance."""
     if got.shape != want.shape:
         if got.size != want.size:
             return f"shape {list(got.shape)}, the source's {list(want.shape)}"
@@ -156,7 +157,7 @@ def _difference(got: np.ndarray, want: np.ndarray, selecting: bool = True) -> st
     if not bad.any():
         return None
     share = bad.mean()
-    if selecting and share <= DISCRETE_SLACK and _mostly_exact(g64, w64):  # a selection flipped at a near-tie
+    if selecting and share <= DISCRETE_SLACK and (rounded or _mostly_exact(g64, w64)):  # flipped at a near-tie
         return None
     pcc = np.corrcoef(g64, w64)[0, 1] if g64.size > 1 and g64.std() > 0 and w64.std() > 0 else float("nan")
     return f"max |diff| {float(diff.max()):.3g} (source's largest {scale:.3g}), PCC {pcc:.4f}, {bad.sum()} elements off"
@@ -241,7 +242,7 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
         raise SpcError(f"validation: the source graph does not run on a seeded image ({exc})") from None
     src = srcs[0]
     verdict = Verdict(None, cut=len(used), cut_values=sorted(values), between_skipped=skipped)
-    selected = _after_selections(g)
+    selected, rounded = _after(g, SELECTIONS), _after(g, ROUNDINGS)
     cut_names = {convs[k][0] for k in convs}
     for ir_name, t in program.values.items():
         if ir_name in cut_names or t.name not in dev or ir_name not in src:
@@ -249,7 +250,8 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
         if t.name in host:  # a device input: the host stage's, checked with the host stage
             continue
         got = t.to_host(dev[t.name])
-        why = _difference(got, _per_image([np.asarray(e[ir_name]) for e in srcs], got.shape), ir_name in selected)
+        why = _difference(got, _per_image([np.asarray(e[ir_name]) for e in srcs], got.shape), ir_name in selected,
+                          ir_name in rounded)
         if why is not None:
             verdict.departure = _departure(ir_name, g, why)
             break
@@ -311,7 +313,8 @@ def _cuts(ops: list[TtOp], by_node: dict[str, Node], source: Source,
     """For each convolution call whose IR value the source has, at the same shape (``batch``
     times the source's first axis for a batch plan): its result's name -> (the IR value's name,
     the source's shape, whether it is rectified). A typecast after the call (a block's stored
-    format) keeps the call's result, so the given value is the call's."""
+    format) keeps the call's result, so the given value is the call's; a scaled conv's (a quantized
+    model's integers, then the scale per channel) is the scaled result's."""
     out = {}
     for op in ops:
         n = by_node.get(op.source)
@@ -321,20 +324,26 @@ def _cuts(ops: list[TtOp], by_node: dict[str, Node], source: Source,
         own = source.shapes.get(v.name)
         if own is None or _times(own, batch) != tuple(int(d) for d in v.type.static_shape):
             continue
-        out[op.output] = (v.name, source.shapes[v.name], op.args["conv_config"].activation is Activation.RELU)
+        at = v.name if n.input(3) is not None else op.output
+        out[at] = (v.name, source.shapes[v.name], op.args["conv_config"].activation is Activation.RELU)
     return out
 
 
+# rounding to integers (a QDQ model's quantization): x / s lowers as x * (1 / s), one ulp apart,
+# which moves a value sitting on a half-step to the next integer, and what is computed from it then
+# differs by that step's share, not only by a flip
+ROUNDINGS = {"onnx.Round", "onnx.Floor", "onnx.Ceil", "onnx.QuantizeLinear", "spc.FakeQuant"}
 SELECTIONS = {"onnx.Equal", "onnx.Greater", "onnx.GreaterOrEqual", "onnx.Less", "onnx.LessOrEqual", "onnx.TopK",
-              "onnx.ArgMax", "onnx.ArgMin", "onnx.NonZero", "spc.Nms", "spc.Keypoints", "spc.KeypointsFromTopK"}
+              "onnx.ArgMax", "onnx.ArgMin", "onnx.NonZero", "spc.Nms", "spc.Keypoints", "spc.KeypointsFromTopK",
+              *ROUNDINGS}
 
 
-def _after_selections(g: Graph) -> set[str]:
-    """The values a selection decides (a comparison, NMS, top-K, and what follows them): where
-    summation order may flip a near-tie, so a few elements may differ."""
+def _after(g: Graph, ops: set[str]) -> set[str]:
+    """The values ``ops`` decide (with :data:`SELECTIONS`: a comparison, NMS, top-K, a rounding, and
+    what follows them): where summation order may flip a near-tie, so a few elements may differ."""
     out: set[str] = set()
     for n in g.nodes:  # topological order
-        if n.op.name in SELECTIONS or any(v is not None and v.name in out for v in n.inputs):
+        if n.op.name in ops or any(v is not None and v.name in out for v in n.inputs):
             out.update(o.name for o in n.outputs)
     return out
 
@@ -363,6 +372,7 @@ def _outputs(program: Program, tensors: Mapping[str, np.ndarray], host: dict[str
     """The plan's outputs, after its host stage, against the source's: the compact read-back and,
     where the plan has one, the dense one a frame with too many keypoints takes."""
     consts = dict(tensors)
+    rounded = _after(g, ROUNDINGS)
     paths = [("compact" if program.fallback_outputs else "dense", program.device_outputs, program.host_post)]
     if program.fallback_outputs:
         paths.append(("dense", program.fallback_outputs, program.fallback_post))
@@ -380,7 +390,7 @@ def _outputs(program: Program, tensors: Mapping[str, np.ndarray], host: dict[str
             if DType(spec.dtype) is DType.BOOL:
                 wants = [w.astype(bool) for w in wants]
             got = np.asarray(got)
-            why = _difference(got, _per_image(wants, got.shape))
+            why = _difference(got, _per_image(wants, got.shape), rounded=spec.name in rounded)
             if why is not None:
                 d = _departure(spec.name, g, f"output {spec.name} ({label} read-back): {why}")
                 d.tensor = spec.name

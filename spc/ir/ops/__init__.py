@@ -92,4 +92,4 @@ def onnx_op(op_type: str) -> OpDef | None:
 
 def _load_all() -> None:
     # Imported for their registrations; done lazily to keep `import spc.ir` cheap.
-    from spc.ir.ops import keypoints, onnx_elementwise, onnx_nn, onnx_tensor, spc_ops  # noqa: F401
+    from spc.ir.ops import keypoints, onnx_elementwise, onnx_nn, onnx_quant, onnx_tensor, spc_ops  # noqa: F401

@@ -24,15 +24,24 @@ D = dict[str, Any]
 def _conv2d_infer(ins: list[Value | None], attrs: D) -> list[TensorType] | None:
     from spc.ir.ops import get
 
-    return get("onnx.Conv").infer_types(ins, attrs)
+    return get("onnx.Conv").infer_types(ins[:3], attrs)
 
 
-@register("spc.Conv2d", _conv2d_infer, arity=(2, 3))
+@register("spc.Conv2d", _conv2d_infer, arity=(2, 4))
 def _conv2d(ins: A, attrs: D) -> list[np.ndarray]:
-    """Convolution + bias + optional activation (``activation = "relu" | "none"``)."""
+    """conv(x, w) * scale + bias, then the activation (``"relu" | "none"``): the scale per output
+    channel is optional (a quantized model's, with integer weights), 1 when absent."""
     x, w = np.asarray(ins[0]), np.asarray(ins[1])
     b = np.asarray(ins[2]) if len(ins) > 2 and ins[2] is not None else None
-    y = conv2d_nchw(x, w, b, attrs["strides"], attrs["pads"], attrs["dilations"], attrs["group"])
+    scale = np.asarray(ins[3]) if len(ins) > 3 and ins[3] is not None else None
+    a = attrs
+    if scale is None:
+        y = conv2d_nchw(x, w, b, a["strides"], a["pads"], a["dilations"], a["group"])
+    else:
+        y = conv2d_nchw(x, w, None, a["strides"], a["pads"], a["dilations"], a["group"])
+        y = (y * scale.reshape(1, -1, 1, 1)).astype(y.dtype)
+        if b is not None:
+            y = (y + b.reshape(1, -1, 1, 1)).astype(y.dtype)
     if attrs["activation"] == "relu":
         y = np.maximum(y, 0)
     return [y]
@@ -107,3 +116,20 @@ def l2_normalize(x: np.ndarray, axis: int, eps: float) -> np.ndarray:
 def _l2norm(ins: A, attrs: D) -> list[np.ndarray]:
     """x / max(||x||_2 over ``axis``, ``eps``), as torch.nn.functional.normalize."""
     return [l2_normalize(np.asarray(ins[0]), int(attrs["axis"]), float(attrs["eps"]))]
+
+
+def fake_quantize(x: np.ndarray, scale: float, lo: float, hi: float, unit: float) -> np.ndarray:
+    """clip(rint(x / scale), lo, hi) * unit in ``x``'s type: the integer steps (``unit`` 1) or the
+    value on its quantization grid (``unit`` = ``scale``)."""
+    s = np.asarray(scale, x.dtype)
+    with np.errstate(all="ignore"):
+        steps = np.clip(np.rint(x / s), np.asarray(lo, x.dtype), np.asarray(hi, x.dtype))
+        return (steps * np.asarray(unit, x.dtype)).astype(x.dtype)
+
+
+@register("spc.FakeQuant", same_type, arity=(1, 1))
+def _fake_quant(ins: A, attrs: D) -> list[np.ndarray]:
+    """QuantizeLinear then DequantizeLinear with one scale and zero point z, in float: ``lo`` and
+    ``hi`` are the integer type's bounds less z (passes/fold_qdq.py)."""
+    a = attrs
+    return [fake_quantize(np.asarray(ins[0]), float(a["scale"]), float(a["lo"]), float(a["hi"]), float(a["unit"]))]
