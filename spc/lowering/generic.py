@@ -379,7 +379,7 @@ def _fake_quant(em: Emitter, n: Node, ins: Ins) -> str:
     form = em.form(ins[0])
     lay, base = _out_layout(form, x if form is Form.NHWC else n.output), n.output.name
     t = em.tiled(ins[0], n.name)
-    store = n.precision.output_dtype if n.precision is not None else em.dtypes.get(t, DataFormat.BFLOAT16)
+    store = em.dtypes.get(t, DataFormat.BFLOAT16)  # the block's own format, if another, by a typecast after
     f32 = DataFormat.FLOAT32
     # in DRAM: float32 steps take twice the bytes of x, which need not fit beside it in L1
     t = em.emit("ttnn.to_memory_config", [t], base + "/dram", lay, n.name, memory_config=DRAM_INTERLEAVED)

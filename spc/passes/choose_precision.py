@@ -13,9 +13,10 @@ The decisions are typed fields of the node (``node.block``, ``node.precision``: 
 :class:`~spc.ttnn.precision.BlockPrecision`), not attributes: convolutions use all of it, other
 device ops the format their output is stored in. The plan comes from the pipeline's options
 (``precision``: a :class:`~spc.ttnn.precision.PrecisionPlan`, a preset plus per-block overrides).
-A value a quantization reads (spc.FakeQuant: a QDQ model's convolutions, batch norms, pools) is
-stored in float32, and so is a scaled convolution's (a quantized model's integer convolution):
-bf16 holds a value to 1/256 of itself, coarser than a step of the integers from 128 steps up.
+A value a quantization reads (spc.FakeQuant: a QDQ model's convolutions, batch norms; not a max
+pool's, one of its inputs) is stored in float32, and so is a scaled convolution's (a quantized
+model's integer convolution): bf16 holds a value to 1/256 of itself, coarser than a step of
+the integers from 128 steps up.
 A quantization's own result, k * s, is stored in float32 too, unless only max pools and other
 quantizations read it (they recover k from its bf16 exactly).
 """
@@ -65,8 +66,10 @@ class ChoosePrecision(Pass):
         plan: PrecisionPlan = ctx.options.precision
         counts: dict[str, int] = {}
         changed = False
+        # (a max pool returns one of its inputs, which their format already holds)
         quantized = {id(v.producer) for n in g.nodes if n.op.name == "spc.FakeQuant"
-                     for v in n.inputs if v is not None and v.producer is not None}
+                     for v in n.inputs if v is not None and v.producer is not None
+                     and v.producer.op.name not in _RECOVER_STEPS}
         for n in g.nodes:
             if n.placement is not Placement.DEVICE:
                 continue

@@ -74,8 +74,20 @@ def _quant_dtype(ins: list[Any], attrs: D, of_zero: DType | None) -> DType:
     return out
 
 
+def _check_params(ins: list[Value | None], attrs: D) -> None:
+    """The scale's (and zero point's) shape against the input's, when both are known: a ValueError
+    the importer reports with the node."""
+    x = ins[0]
+    assert x is not None
+    for p in ins[1:3]:
+        if p is not None and p.type.is_static and x.type.is_static:
+            spread(np.zeros(p.type.static_shape, np.float32), tuple(x.type.static_shape), int(attrs.get("axis", 1)),
+                   int(attrs.get("block_size", 0)))
+
+
 def _quantize_infer(ins: list[Value | None], attrs: D) -> list[TensorType]:
     assert ins[0] is not None
+    _check_params(ins, attrs)
     zero = ins[2] if len(ins) > 2 else None
     return [ins[0].type.with_dtype(_quant_dtype(ins, attrs, zero.type.dtype if zero is not None else None))]
 
@@ -111,6 +123,7 @@ def _dequantize_dtype(ins: list[Any], attrs: D, scale: DType) -> DType:
 
 def _dequantize_infer(ins: list[Value | None], attrs: D) -> list[TensorType]:
     assert ins[0] is not None and ins[1] is not None
+    _check_params(ins, attrs)
     return [ins[0].type.with_dtype(_dequantize_dtype(ins, attrs, ins[1].type.dtype))]
 
 
