@@ -417,3 +417,20 @@ def test_a_planted_wrong_quantization_is_caught(tmp_path: Path, monkeypatch: pyt
     with pytest.raises(SpcError, match=r"spc bug: the plan departs from the model at %\S+ \(spc\.FakeQuant"):
         compile_onnx(model, tmp_path / "q.ttplan")
     assert not (tmp_path / "q.ttplan").exists()
+
+
+def test_a_model_whose_declared_types_contradict_its_nodes_is_refused_as_inconsistent(tmp_path: Path) -> None:
+    """onnxconverter-common's float16 conversion of the HF export retypes a Cast(to=FLOAT)'s output
+    to float16 and leaves ``to``: onnxruntime refuses the file, and spc says why, naming the node."""
+    nodes = [helper.make_node("Cast", ["image"], ["half"], to=TensorProto.FLOAT16, name="to_half"),
+             helper.make_node("Cast", ["half"], ["back"], to=TensorProto.FLOAT, name="to_copy"),
+             helper.make_node("Relu", ["back"], ["out"])]
+    graph = helper.make_graph(nodes, "bad", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 1, 4, 6])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT16, [1, 1, 4, 6])],
+                              value_info=[helper.make_tensor_value_info("back", TensorProto.FLOAT16, [1, 1, 4, 6])])
+    model = tmp_path / "bad.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    with pytest.raises(SpcError, match=r"node to_copy \(Cast\): its output back is declared f16, but the node "
+                                       r"computes f32: the model is inconsistent"):
+        compile_onnx(model, tmp_path / "bad.ttplan")
+    assert not (tmp_path / "bad.ttplan").exists()

@@ -303,6 +303,10 @@ class _Importer:
         for k, o in enumerate(outs):
             t = self.types.get(o) if o else None
             mine = ours[k] if ours is not None and k < len(ours) else None
+            if t is not None and mine is not None and mine.dtype != t.dtype:
+                raise SpcError(f"{where}: its output {show(o)} is declared {t.dtype.value}, but the node computes "
+                               f"{mine.dtype.value}: the model is inconsistent (onnxruntime refuses it too); fix the "
+                               "tool that wrote it (a float16 converter that retyped a Cast's output, not its 'to'?)")
             if t is None:
                 t = mine
             elif mine is not None and mine.rank == t.rank and mine.dtype == t.dtype:
