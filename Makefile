@@ -70,7 +70,7 @@ corpus-tf: $(STAMP) $(TF_VENV)/.installed
 # the corpus as onnxsim, onnxslim, onnxconverter-common (float16), onnxruntime (basic level) and onnx's
 # version converter leave it, through spc (docs/corpus.md); the tools spc does not depend on run in .venv-tf
 corpus-derived: $(STAMP) $(TF_VENV)/.installed
-	$(TF_VENV)/bin/pip install -q onnxsim==0.8.1 onnxslim==0.1.98 onnxconverter-common==1.16.0
+	$(TF_VENV)/bin/pip install -q onnxsim==0.8.1 onnxslim==0.1.98 onnxconverter-common==1.16.0 onnxoptimizer==0.4.2
 	$(BIN)/python scripts/corpus_derived.py
 
 # 10,000 hostile plans, models, inputs and output paths in worker processes (docs/fuzz.md; the suite runs a minute)

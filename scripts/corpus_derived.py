@@ -1,10 +1,10 @@
 """The corpus as deployment tools leave it, through spc: simplified, float16, optimised, upgraded.
 
-    make corpus-derived     # .venv-tf (onnxsim, onnxslim, onnxconverter-common too), then this
+    make corpus-derived     # .venv-tf (onnxsim, onnxslim, onnxoptimizer, onnxconverter-common too), then this
 
 Each row takes an export of tests/corpus at 480x640 and applies one tool the way its users call
-it: onnxsim's ``simplify``, onnxslim's ``slim``, onnxconverter-common's
-``convert_float_to_float16(keep_io_types=True)``, onnxruntime's offline optimisation at the basic
+it: onnxsim's ``simplify``, onnxslim's ``slim``, onnxoptimizer's ``optimize`` (its default passes),
+onnxconverter-common's ``convert_float_to_float16(keep_io_types=True)``, onnxruntime's offline optimisation at the basic
 level (``optimized_model_filepath``), onnx's version converter to opset 21, onnxruntime's static
 quantization (``quantize_static``, QDQ, int8 weights per channel, uint8 activations, calibrated on
 three scikit-image images outside the evaluation set). The tools that are not
@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TOOLS = {
     "onnxsim": "import onnx, onnxsim, sys; m, ok = onnxsim.simplify(onnx.load(sys.argv[1])); onnx.save(m, sys.argv[2])",
     "onnxslim": "import onnx, onnxslim, sys; onnx.save(onnxslim.slim(onnx.load(sys.argv[1])), sys.argv[2])",
+    "onnxoptimizer": ("import onnx, onnxoptimizer, sys; "
+                      "onnx.save(onnxoptimizer.optimize(onnx.load(sys.argv[1])), sys.argv[2])"),
     "fp16": ("import onnx, sys, warnings; warnings.simplefilter('ignore'); from onnxconverter_common import float16; "
              "onnx.save(float16.convert_float_to_float16(onnx.load(sys.argv[1]), keep_io_types=True), sys.argv[2])"),
 }
@@ -36,7 +38,9 @@ ROWS = [("hf_dynamo_named", "onnxsim"), ("hf_dynamo_named", "onnxslim"), ("fixed
         ("magicleap_legacy_op11", "onnxslim"), ("magicleap_legacy_op11", "fp16"), ("magicleap_dynamo_op18", "fp16"),
         ("superpoint_open_op17", "fp16"), ("hf_dynamo_named", "fp16"), ("hf_dynamo_named", "ort-basic"),
         ("fixed_k_op20", "ort-basic"), ("hf_legacy", "opset21"), ("magicleap_dynamo_op18", "qdq"),
-        ("magicleap_legacy_op13_3ch", "qdq"), ("superpoint_open_op17", "qdq"), ("hf_dynamo_named", "qdq")]
+        ("magicleap_legacy_op13_3ch", "qdq"), ("superpoint_open_op17", "qdq"), ("hf_dynamo_named", "qdq"),
+        ("hf_dynamo_named", "onnxoptimizer"), ("fixed_k_op20", "onnxoptimizer"),
+        ("magicleap_legacy_op11", "onnxoptimizer")]
 CALIBRATION = ("moon", "grass", "gravel")  # scikit-image's, not among evalset.IMAGES
 
 
