@@ -211,6 +211,9 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
              input_shape: str | None, batch: str, max_latency_ms: float | None, explain: str | None,
              list_passes: bool, no_verify: bool, overwrite: bool, as_json: bool) -> None:
     """Compile an ONNX model into a .ttplan."""
+    from spc.process import tune_for_compile
+
+    tune_for_compile()  # before numpy's first import (spc.console's)
     from spc import console
     from spc.compiler import AutoPrecision, compile_onnx
     from spc.passes.pipeline import default_pipeline

@@ -33,7 +33,7 @@ from spc.passes.manager import (
     StageResult,
 )
 from spc.passes.pipeline import default_pipeline
-from spc.plan.io import write_plan
+from spc.plan.io import plan_members, write_members
 from spc.plan.listing import call_counts, format_program
 from spc.plan.program import Program
 from spc.plan.schema import MAX_METADATA_ENTRIES, MAX_METADATA_KEY, MAX_METADATA_VALUE
@@ -250,14 +250,11 @@ def compile_onnx(src: Path, out: Path | None, *, verify: bool = True, **options:
         return result
 
 
-def _validate(src: Path, snap: Source, g: Graph, program: Program, tensors: dict[str, np.ndarray],
-              pipeline: list[Pass], records: list[PassRecord]) -> Verdict:
-    """The plan against its source (validation/translation.py); a departure raises :class:`_Departed`
+def _judge(src: Path, verdict: Verdict, g: Graph, pipeline: list[Pass]) -> Verdict:
+    """The validation's verdict (validation/translation.py); a departure raises :class:`_Departed`
     naming the fusion to drop, or refuses the model when no fusion made it."""
-    from spc.validation.translation import COMPACT, culprit, validate
+    from spc.validation.translation import COMPACT, culprit
 
-    approximated = [v for r in records for v in r.stats.get("approximated", [])]
-    verdict = validate(snap, g, program, tensors, approximated)
     d = verdict.departure
     if d is None:
         return verdict
@@ -269,6 +266,30 @@ def _validate(src: Path, snap: Source, g: Graph, program: Program, tensors: dict
                        "(--no-verify writes the plan regardless)")
     what = "the compact keypoint read-back" if fusion == COMPACT else f"the plan with {fusion}"
     raise _Departed(fusion, f"{what} departs from the model at {d}")
+
+
+def _members_and_verdict(src: Path, out: Path, snap: Source | None, g: Graph, program: Program,
+                         tensors: dict[str, np.ndarray], pipeline: list[Pass],
+                         records: list[PassRecord]) -> tuple[dict[str, bytes], Verdict | None]:
+    """The plan's members (after the checks every reader applies) and, with ``snap``, the
+    validation's verdict: three processes where forking is safe (spc/forked.py),
+    the members made in one child while this one runs the device side of the validation and
+    another its source side. A departure is raised first: dropping the fusion that made it may
+    also mend what the checks refused."""
+
+    def prepare() -> dict[str, bytes]:
+        program_json = _check_plan(src, program, tensors)
+        return plan_members(out, program, tensors, print_graph(g), program_json)
+
+    if snap is None:
+        return prepare(), None
+    from spc.validation.translation import start
+
+    approximated = [v for r in records for v in r.stats.get("approximated", [])]
+    pending = start(snap, g, program, tensors, approximated, alongside=prepare)
+    verdict = _judge(src, pending.verdict(), g, pipeline)
+    members = pending.alongside_result()
+    return members, verdict
 
 
 def compile_once(src: Path, out: Path | None, *, dump_dir: Path | None = None, print_ir: bool = False,
@@ -339,7 +360,7 @@ def compile_once(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
 
     pm.stage("choose-memory-config", g, choose_memory)
     pm.close(g)
-    verdict = _validate(src, snap, g, program, tensors, pipeline, pm.records) if snap is not None else None
+    members, verdict = _members_and_verdict(src, out, snap, g, program, tensors, pipeline, pm.records)
     metadata = model_metadata(source.metadata, ctx.notes)
     device_macs = sum(macs(n) for n in g.nodes if n.placement is Placement.DEVICE)
     host_macs = sum(macs(n) for n in g.nodes if n.placement is not Placement.DEVICE)
@@ -368,8 +389,7 @@ def compile_once(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
                                               if r.name == "partition-host-device"), [])
                          if why.split(" (", 1)[0] in {n.name for n in g.nodes}],
     }
-    program_json = _check_plan(src, program, tensors)
-    write_plan(out, program, tensors, print_graph(g), manifest, program_json)
+    write_members(out, members, manifest)
     result.plan, result.macs, result.recognised = out, (device_macs, host_macs), manifest["recognised"]
     result.validation_s = verdict.seconds if verdict is not None else None
     return result

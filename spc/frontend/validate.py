@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from spc.errors import SpcError
+from spc.forked import can_fork
 from spc.frontend import onnx_proto
 from spc.ir.types import onnx_type_name
 
@@ -715,7 +716,7 @@ class Inference:
 
     @staticmethod
     def start(model: Any) -> Inference | None:
-        if not _can_fork():
+        if not can_fork():
             return None
         try:
             return Inference(_fork_inference(onnx_proto.cpp(), lambda: _shape_view(model, restore=False), True))
@@ -771,7 +772,7 @@ def _infer_in_child(model: Any, path: Path, data_prop: bool) -> bytes | None:
     """The inferred model's bytes (``model``: a ModelProto, or its bytes as inference takes them);
     None when no child can run here; _Crash when it died."""
     onnx_cpp2py_export = onnx_proto.cpp()
-    if _can_fork():
+    if can_fork():
         view = (lambda: model) if isinstance(model, bytes) else (lambda: _shape_view(model, restore=False))
         try:
             child = _fork_inference(onnx_cpp2py_export, view, data_prop)
@@ -815,14 +816,6 @@ def _outcome(done: tuple[int, bytes, bytes], path: Path) -> bytes | None:
         # SIGKILL is what an out-of-memory killer sends
         raise _Crash(f"crashed ({name})", resources=code == -signal.SIGKILL)
     raise _Crash(f"failed (exit code {code})", resources=False)
-
-
-def _can_fork() -> bool:
-    """A forked child (no new interpreter, onnx already loaded: ~5 ms, not ~60) where forking is
-    safe: Linux, and no other Python thread that could hold a lock the child needs."""
-    import threading
-
-    return sys.platform == "linux" and hasattr(os, "fork") and threading.active_count() == 1
 
 
 _TIMED_OUT = 1000  # not an exit code: the parent killed the child at the deadline

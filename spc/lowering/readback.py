@@ -54,7 +54,7 @@ def capacity(n: Node) -> int:
         return int(n.attrs["max_keypoints"])
     if int(n.attrs["max_keypoints"]) >= 0:
         return int(n.attrs["max_keypoints"]) + 1
-    h, w = (int(d) for d in n.inputs[0].type.static_shape[1:])  # type: ignore[union-attr]
+    h, w = (int(d) for d in n.inputs[0].type.static_shape[-2:])  # type: ignore[union-attr]
     return min(TOPK_MAX_K, max(32, -(-int(h * w * KEYPOINTS_PER_PIXEL) // 32) * 32))
 
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from spc.ir import ops
 from spc.ir.graph import Graph, Node, Value
+from spc.ir.ops.onnx_nn import explicit_pads
 from spc.passes.manager import Pass, PassContext, PassResult
 from spc.passes.rewrite import Match, P, Rule, apply_rules, single_use
 
@@ -32,17 +33,22 @@ from spc.passes.rewrite import Match, P, Rule, apply_rules, single_use
 def _conv_attrs(conv: Node, activation: str) -> dict:
     w = conv.inputs[1]
     assert w is not None
-    return {"strides": list(conv.attrs.get("strides", [1, 1])), "pads": list(conv.attrs.get("pads", [0, 0, 0, 0])),
+    pads = list(conv.attrs.get("pads", [0, 0, 0, 0]))
+    if conv.attrs.get("auto_pad", "NOTSET") != "NOTSET":  # SAME_UPPER/LOWER, VALID: on the input's size
+        pads = explicit_pads(conv.inputs[0].type.static_shape[2:], w.type.static_shape[2:], conv.attrs)
+    return {"strides": list(conv.attrs.get("strides", [1, 1])), "pads": pads,
             "dilations": list(conv.attrs.get("dilations", [1, 1])), "group": int(conv.attrs.get("group", 1)),
             "kernel_shape": list(w.type.static_shape[2:]), "activation": activation}
 
 
 def _unsupported(conv: Node) -> str | None:
     """Why spc.Conv2d cannot take this Conv (it stays onnx.Conv, which runs on the host)."""
-    if conv.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
-        return f"auto_pad {conv.attrs['auto_pad']} (spc.Conv2d takes explicit pads)"
-    if conv.inputs[0].type.rank != 4:
-        return f"a {conv.inputs[0].type.rank}-D convolution (spc.Conv2d is 2-D)"
+    x, w = conv.inputs[0], conv.inputs[1]
+    if x.type.rank != 4:
+        return f"a {x.type.rank}-D convolution (spc.Conv2d is 2-D)"
+    if conv.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") and not (
+            x.type.is_static and w is not None and w.type.is_static):
+        return f"auto_pad {conv.attrs['auto_pad']} on a dynamic size (spc.Conv2d takes explicit pads: --input-shape)"
     return None
 
 

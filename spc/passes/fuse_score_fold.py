@@ -25,7 +25,6 @@ import math
 
 import numpy as np
 
-from spc.ir import ops
 from spc.ir.graph import Graph, Node, Value
 from spc.ir.ops.spc_ops import score_fold
 from spc.passes.manager import Pass, PassContext, PassResult
@@ -120,28 +119,39 @@ def _fuse(g: Graph, nodes: list[Node], exit: Value, entry: Value, cell: int) -> 
 
     Before::  %s: f32[1,480,640,1] = onnx.Reshape(onnx.DepthToSpace(...))
     After::   %f: f32[1,1,480,640] = spc.ScoreFold(%logits); %s = onnx.Reshape(%f, [1, 480, 640, 1])
+
+    A static reshape of the view is that reshape of the map (the same elements in the same order):
+    it reads the map, and one to the map's own shape is the map (taking its name), so that what
+    follows (NMS, the extraction) sees the fold itself; a view nothing reads is dropped (onnxsim
+    leaves the HF export's map as one rank-5 value read by two reshapes).
     """
     n, _, h, w = (int(d) for d in entry.type.static_shape)
-    shape = tuple(int(d) for d in exit.type.static_shape)
-    if held_as_map(shape, n, h * cell, w * cell):
-        fuse_region(g, nodes, exit, "spc.ScoreFold", [entry], {"cell": cell, "out_shape": list(shape)}, "score_fold")
+    shape = [int(d) for d in exit.type.static_shape]
+    out_shape = shape if held_as_map(tuple(shape), n, h * cell, w * cell) else [n, 1, h * cell, w * cell]
+    fold = fuse_region(g, nodes, exit, "spc.ScoreFold", [entry], {"cell": cell, "out_shape": out_shape}, "score_fold")
+    if out_shape == shape:
         return False
-    fold = fuse_region(g, nodes, exit, "spc.ScoreFold", [entry],
-                       {"cell": cell, "out_shape": [n, 1, h * cell, w * cell]}, "score_fold")
-    source_name = fold.output.name  # the exit's: it names the view, which is the exit's value
-    g.rename(fold.output, g.fresh_name(source_name + "_map"))
-    target = g.add_const(g.fresh_name("score_fold_shape"), np.array(shape, np.int64))
-    users = list(fold.output.uses)
-    returned = fold.output in g.outputs
-    view = g.make_node(ops.get("onnx.Reshape"), [fold.output, target], name="score_fold_view",
-                       out_names=[source_name + "_view"])
-    for node, i in users:
-        g.set_input(node, i, view.output)
-    if returned:
-        g.outputs = [view.output if o is fold.output else o for o in g.outputs]
-    g.rename(view.output, source_name)
-    g.toposort()
-    return True
+    ((view, _),) = fold.output.uses  # fuse_region's: the exit's value, by the exit's name
+    named = False
+    for node, i in list(view.output.uses):
+        out = node.outputs[0]
+        if node.op.name != "onnx.Reshape" or i != 0 or not out.type.is_static or 0 in out.type.static_shape:
+            continue
+        if out.type == fold.output.type:
+            name = out.name
+            g.replace_all_uses(out, fold.output)
+            g.remove_node(node)
+            if not named and fold.output not in g.outputs:
+                g.rename(fold.output, name)
+                named = True
+        else:
+            g.set_input(node, 0, fold.output)
+            g.set_input(node, 1, g.add_const(g.fresh_name("score_fold_shape"),
+                                             np.array(out.type.static_shape, np.int64)))
+    if view.output.uses or view.output in g.outputs:
+        return True
+    g.remove_node(view)
+    return False
 
 
 class FuseScoreFold(Pass):

@@ -82,6 +82,13 @@ def pooled_radius(v: Value) -> int | None:
     return None
 
 
+def _same_map(v: Value, entry: Value) -> bool:
+    """(Both static) ``v`` has ``entry``'s axes but for ones of size 1."""
+    if not (v.type.is_static and entry.type.is_static):
+        return False
+    return [d for d in v.type.static_shape if d != 1] == [d for d in entry.type.static_shape if d != 1]
+
+
 def trial_maps(shape: tuple[int, ...], radius: int, count: int = 3, seed: int = 1) -> list[np.ndarray]:
     """Maps that separate NMS variants: many exact ties, flat plateaus, zeros, border peaks (the
     first ``count`` of them)."""
@@ -141,9 +148,14 @@ def _search(g: Graph, region: Region, entry: Value, radius: int,
     for rounds in range(MAX_ROUNDS + 1):
         if misses is not None:
             misses.append(f"{rounds} round(s){' (small maps)' if probe else ''}:")
-        # the fused op keeps its input's shape; views after it stay outside
+        # the fused op keeps its input's shape; only where no value has it, an exit that drops or
+        # adds unit axes is a view of it (onnxsim's HF export pools the (N, 1, H, W) map and
+        # suppresses in (N, H, W)). Views after the exact one stay outside.
         found = find_exit(g, region, envs, [w[rounds] for w in wants], last=True,
                           accept=lambda v: v.type.shape == entry.type.shape, misses=misses)
+        if found is None:
+            found = find_exit(g, region, envs, [w[rounds] for w in wants], last=False,
+                              accept=lambda v: _same_map(v, entry), misses=misses)
         if found is None:
             continue
         exit, nodes = found

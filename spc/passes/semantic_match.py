@@ -378,14 +378,21 @@ def replace_region(g: Graph, nodes: list[Node], exit: Value, new: Value) -> None
 def fuse_region(g: Graph, nodes: list[Node], exit: Value, op_name: str, inputs: list[Value],
                 attrs: dict, name: str) -> Node:
     """Replace the region computing ``exit`` by one ``op_name`` node that keeps ``exit``'s name
-    (so the value can still be found in the source ONNX by that name)."""
+    (so the value can still be found in the source ONNX by that name). An ``exit`` of another
+    static shape than the node's result (the same elements: the recogniser accepted it so) is a
+    view of it, an onnx.Reshape that takes the name."""
     from spc.ir import ops
 
     node = g.make_node(ops.get(op_name), inputs, attrs, name=name, out_names=[exit.name + "_fused"],
                        before=nodes[0])
     source_name = exit.name
-    replace_region(g, nodes, exit, node.output)
-    if node.output not in g.outputs:
-        g.rename(node.output, source_name)
+    out = node.output
+    if out.type.shape != exit.type.shape:
+        target = g.add_const(g.fresh_name(name + "_shape"), np.array(exit.type.static_shape, np.int64))
+        out = g.make_node(ops.get("onnx.Reshape"), [out, target], name=name + "_view",
+                          out_names=[exit.name + "_view"], before=nodes[0]).output
+    replace_region(g, nodes, exit, out)
+    if out not in g.outputs:
+        g.rename(out, source_name)
     g.toposort()
     return node

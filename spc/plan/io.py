@@ -88,9 +88,11 @@ def manifest_digest(manifest: dict[str, Any]) -> str:
     return sha256(_json_bytes({k: v for k, v in manifest.items() if k != "digest"}))
 
 
-def write_plan(path: Path, program: Program, weights: dict[str, np.ndarray], ir_text: str,
-               manifest: dict[str, Any], program_json: dict[str, Any] | None = None) -> None:
-    """``program_json``: ``program.to_json()`` when the caller has made it already (to check it)."""
+def plan_members(path: Path, program: Program, weights: dict[str, np.ndarray], ir_text: str,
+                 program_json: dict[str, Any] | None = None) -> dict[str, bytes]:
+    """The members the manifest describes, serialised and held to their caps (the bulk of
+    :func:`write_plan`'s work: a compile makes them while its validation runs).
+    ``program_json``: ``program.to_json()`` when the caller has made it already (to check it)."""
     js = program.to_json() if program_json is None else program_json
     members = {"program.json": _json_bytes(js, compact=True), "weights.safetensors": _weights_bytes(weights),
                "ir.txt": ir_text.encode()}
@@ -98,6 +100,17 @@ def write_plan(path: Path, program: Program, weights: dict[str, np.ndarray], ir_
         if len(data) > MAX_MEMBER_BYTES[name]:
             raise SpcError(f"{path}: the plan's {name} would be {len(data)} bytes, more than a plan may hold "
                            f"({MAX_MEMBER_BYTES[name]})")
+    return members
+
+
+def write_plan(path: Path, program: Program, weights: dict[str, np.ndarray], ir_text: str,
+               manifest: dict[str, Any], program_json: dict[str, Any] | None = None) -> None:
+    write_members(path, plan_members(path, program, weights, ir_text, program_json), manifest)
+
+
+def write_members(path: Path, members: dict[str, bytes], manifest: dict[str, Any]) -> None:
+    """The plan file: ``manifest`` (completed with the format, the members' hashes and its own
+    digest) and :func:`plan_members`' ``members``, written atomically."""
     full = dict(manifest, format=FORMAT, format_version=FORMAT_VERSION, spc_version=__version__,
                 members={k: sha256(v) for k, v in members.items()})
     full["digest"] = manifest_digest(full)

@@ -154,12 +154,14 @@ def _dims(a: dict[str, Any]) -> tuple[int, ...]:
     return tuple(int(x) for x in d) if isinstance(d, list) else (int(d),)
 
 
-def _reduce(fn: Callable[..., np.ndarray]) -> Meaning:
-    return lambda ins, w, a: fn(ins[0].astype(np.float64), axis=_dims(a), keepdims=a["keepdim"]).astype(F32)
+def _reduce(fn: Callable[..., np.ndarray], accumulate: bool) -> Meaning:
+    """``accumulate``: in float64 (a sum, a mean), cast as numpy reads the input, not as a copy."""
+    extra = {"dtype": np.float64} if accumulate else {}
+    return lambda ins, w, a: np.asarray(fn(ins[0], axis=_dims(a), keepdims=a["keepdim"], **extra)).astype(F32)
 
 
-MEANINGS.update({"ttnn.sum": _reduce(np.sum), "ttnn.mean": _reduce(np.mean), "ttnn.max": _reduce(np.max),
-                 "ttnn.min": _reduce(np.min)})
+MEANINGS.update({"ttnn.sum": _reduce(np.sum, True), "ttnn.mean": _reduce(np.mean, True),
+                 "ttnn.max": _reduce(np.max, False), "ttnn.min": _reduce(np.min, False)})
 
 
 @means("ttnn.concat")

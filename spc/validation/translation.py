@@ -1,10 +1,11 @@
 """Translation validation: before a plan is written, its program is run and compared with the
 source graph's own meaning, at the model's own shapes.
 
-Two runs on one seeded image, both numpy:
+Two runs on one seeded image, both numpy, in two processes where forking is safe (spc/forked.py):
 
 * the source: the imported graph as the frontend made it, before any pass (:func:`snapshot`),
-  by the IR's interpreter (ir/interpreter.py: each op's one meaning);
+  by the IR's interpreter (ir/interpreter.py: each op's one meaning), in a forked child that
+  hands back only the values compared;
 * the plan: its host stages by the same interpreter and its device calls by what ttnn defines
   them to compute (runtime/reference.py, ttnn/semantics.py), float32 without storage rounding:
   the exact configuration, so that any difference is the translation's, not the device's.
@@ -28,13 +29,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 import numpy as np
 from msgspec import Struct, field
 from msgspec.structs import replace
 
 from spc.errors import SpcError
+from spc.forked import ChildFailed, Forked
 from spc.ir.graph import Graph, Node
 from spc.ir.interpreter import MissingValue, NodeFailed, Step, demanded, run
 from spc.ir.ops.keypoints import KeypointOverflow
@@ -129,12 +132,14 @@ def _difference(got: np.ndarray, want: np.ndarray, selecting: bool = True, round
         if got.size != want.size:
             return f"shape {list(got.shape)}, the source's {list(want.shape)}"
         got = got.reshape(want.shape)
-    if want.size == 0 or np.array_equal(got, want):
+    if want.size == 0:
         return None
     if want.dtype.kind == "f" and got.dtype.kind == "f":
         scale = float(max(want.max(), -want.min()))  # NaN when the source has one: the slow path
         if np.isfinite(scale) and float(np.abs(got - want).max()) <= ATOL * scale:
             return None  # the common case, in the tensors' own precision, two passes
+    elif np.array_equal(got, want):
+        return None
     if want.dtype.kind in "biu" or got.dtype.kind in "biu":
         wrong = int(np.count_nonzero(got.astype(np.float64) != want.astype(np.float64)))
         if selecting and wrong <= DISCRETE_SLACK * want.size:
@@ -167,26 +172,21 @@ def _mostly_exact(got: np.ndarray, want: np.ndarray) -> bool:
     return bool(np.mean(got == want) >= 0.5)
 
 
-class _Draw:
-    """Seeded maps, each its own stream (passes/trial_values.py: hashed_uniform)."""
-
-    def __init__(self, seed: int) -> None:
-        self.seed = seed
-
-    def random(self, shape: tuple[int, ...]) -> np.ndarray:
-        self.seed += 1
-        return hashed_uniform(tuple(int(d) for d in shape), self.seed)
-
-
-def _seeded(shape: tuple[int, ...], relu: bool, draw: _Draw, detector: bool = False) -> np.ndarray:
-    """A map without structure, in the range a trained SuperPoint's activations have. The
-    ``detector``'s logits (what a score fold reads: its last channel the dustbin) have the dustbin
-    winning in all but one cell in 16, as a natural image's do: a few hundred keypoints rather than
-    the thousands that uniform logits leave after NMS, each of them extracted twice."""
-    u = draw.random(shape)
+def _seeded(shape: tuple[int, ...], relu: bool, seed: int, detector: bool = False) -> np.ndarray:
+    """A map without structure, in the range a trained SuperPoint's activations have, from
+    ``seed`` (and ``seed + 1``). The ``detector``'s logits (what a score fold reads: its last
+    channel the dustbin) have the dustbin winning in all but one cell in 16, as a natural image's
+    do: a few hundred keypoints rather than the thousands that uniform logits leave after NMS, each
+    of them extracted twice. A 4-D map is drawn in the device's NHWC order (an NCHW view): the
+    device run reads it without a copy."""
+    if len(shape) == 4:
+        n, c, h, w = shape
+        u = hashed_uniform((n, h, w, c), seed).transpose(0, 3, 1, 2)
+    else:
+        u = hashed_uniform(tuple(shape), seed)
     x = u * np.float32(4) if relu else u * np.float32(16) - np.float32(8)
     if detector:
-        live = draw.random((shape[0], 1, *shape[2:])) < np.float32(1 / 16)
+        live = hashed_uniform((shape[0], 1, *shape[2:]), seed + 1) < np.float32(1 / 16)
         x[:, -1:] = np.where(live, np.float32(-8), np.float32(16))
     return x
 
@@ -196,15 +196,24 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
     """Run the plan and its source on one seeded image and report where they first differ.
     ``approximated``: values the compiled graph computes otherwise on purpose (an option that
     changes results), compared with its own node's meaning there, on the source's inputs."""
+    return start(source, g, program, tensors, approximated, seed).verdict()
+
+
+def start(source: Source, g: Graph, program: Program, tensors: Mapping[str, np.ndarray],
+          approximated: Collection[str] = (), seed: int = 0, alongside: Callable[[], Any] | None = None) -> Pending:
+    """:func:`validate` begun: the source's run goes to a forked child
+    (spc/forked.py) while this process runs the plan's device calls; :meth:`Pending.verdict`
+    compares. Between the two the caller may do its own work (the compiler checks and serialises
+    the plan): the second core's share."""
     t0 = time.perf_counter()
-    draw = _Draw(seed * 1000)
+    base = seed * 1_000_000  # image k's seed base + k; cut map i of image k's base + 1000 + 2 (k n + i)
     spec = program.inputs[0]
     plan_shape = tuple(int(d) for d in spec.shape)
     own = source.shapes.get(source.inputs[0]) or plan_shape
     # a --batch plan takes B images where its source takes one: B images, each its own cut values,
     # the source run on each; image k's results must be the source's on image k
     batch = plan_shape[0] // own[0] if own[0] and plan_shape[1:] == own[1:] and plan_shape[0] % own[0] == 0 else 1
-    ones = [draw.random(own if batch > 1 else plan_shape) for _ in range(batch)]
+    ones = [hashed_uniform(own if batch > 1 else plan_shape, base + k) for k in range(batch)]
     image = np.concatenate(ones) if batch > 1 else ones[0]
     by_node = {n.name: n for n in g.nodes}
     chosen = [n for n in g.nodes if any(o.name in approximated for o in n.outputs)]
@@ -213,16 +222,10 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
                                             dict(n.attrs), tuple(o.name for o in n.outputs)) for n in chosen])
     calls = flat_ops(program)
     convs = _cuts(calls, by_node, source, batch)
-    host: dict[str, np.ndarray] = {spec.name: image}
-    try:
-        run_host(program.host_pre, host, dict(tensors))
-    except SpcError as exc:
-        raise SpcError(f"validation: the plan's host stage fails on a seeded image ({exc})") from None
-    dev_in = {t.name: t.layout.to_device(host[t.name]).astype(np.float32) for t in program.device_inputs}
     # what the outputs need, and what the convolutions read where that costs little: the tensors
     # compared are those computed on the way
     wanted = [t.name for t in (*program.device_outputs, *program.fallback_outputs)]
-    between, skipped = _between(calls, by_node, convs, source, set(dev_in))
+    between, skipped = _between(calls, by_node, convs, source, {t.name for t in program.device_inputs})
     wanted += [d for d, _ in between]
     ops = needed(calls, wanted, convs.keys())
     used = {x for op in ops for x in op.inputs if x in convs} | {w for w in wanted if w in convs}
@@ -230,38 +233,113 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
     read = source.reads({name for name, _, _ in convs.values()}, also)  # the source may read others than the plan
     # which cut feeds a score fold (the data chosen by it; the fold itself is still checked)
     folds = {n.inputs[0].name for n in g.nodes if n.op.name == "spc.ScoreFold" and n.inputs[0] is not None}
-    per_image = [{name: _seeded(shape, relu, draw, name in folds) for k, (name, shape, relu) in convs.items()
-                  if k in used or name in read} for _ in range(batch)]
-    values = per_image[0]
-    given = {k: DeviceLayout.of(_times(convs[k][1], batch)).to_device(
-        np.concatenate([v[convs[k][0]] for v in per_image])) for k in used}
-    dev = run_device(program, tensors, dev_in, wanted, given, calls)
+    seeds = {k: base + 1000 + 2 * i for i, k in enumerate(convs)}
+
+    def maps(image_k: int, keys: Collection[str]) -> dict[str, np.ndarray]:
+        """Image ``image_k``'s cut maps of ``keys``, by IR value: drawn alike in both processes."""
+        return {convs[k][0]: _seeded(convs[k][1], convs[k][2], seeds[k] + 2 * image_k * len(convs),
+                                     convs[k][0] in folds) for k in keys}
+
+    cut = [k for k in convs if k in used or convs[k][0] in read]
+    keep = set(program.values) | set(source.outputs)  # what is compared: all the child hands back
+
+    def source_side() -> list[dict[str, np.ndarray]]:
+        per_image = [{name: np.ascontiguousarray(x) for name, x in maps(i, cut).items()} for i in range(batch)]
+        try:
+            srcs = [source.run({source.inputs[0]: x}, v, also) for x, v in zip(ones, per_image)]
+        except (MissingValue, NodeFailed) as exc:
+            raise SpcError(f"validation: the source graph does not run on a seeded image ({exc})") from None
+        return [{k: v for k, v in e.items() if k in keep} for e in srcs]
+
+    def both() -> tuple[list[dict[str, np.ndarray]], tuple[bool, Any]]:
+        srcs = source_side()
+        if alongside is None:
+            return srcs, (True, None)
+        try:
+            return srcs, (True, alongside())
+        except SpcError as exc:
+            return srcs, (False, exc)
+
+    child = Forked.start(both)
     try:
-        srcs = [source.run({source.inputs[0]: x}, v, also) for x, v in zip(ones, per_image)]
-    except (MissingValue, NodeFailed) as exc:
-        raise SpcError(f"validation: the source graph does not run on a seeded image ({exc})") from None
-    src = srcs[0]
-    verdict = Verdict(None, cut=len(used), cut_values=sorted(values), between_skipped=skipped)
-    selected, rounded = _after(g, SELECTIONS), _after(g, ROUNDINGS)
-    cut_names = {convs[k][0] for k in convs}
-    for ir_name, t in program.values.items():
-        if ir_name in cut_names or t.name not in dev or ir_name not in src:
-            continue
-        if t.name in host:  # a device input: the host stage's, checked with the host stage
-            continue
-        got = t.to_host(dev[t.name])
-        why = _difference(got, _per_image([np.asarray(e[ir_name]) for e in srcs], got.shape), ir_name in selected,
-                          ir_name in rounded)
-        if why is not None:
-            verdict.departure = _departure(ir_name, g, why)
-            break
-        verdict.compared.append(ir_name)
-    if verdict.departure is None:
-        verdict.departure = _outputs(program, tensors, host, dev, srcs, source, g, verdict)
-    if verdict.departure is None:
-        verdict.departure = check_windows(g, program, tensors, source)
-    verdict.seconds = time.perf_counter() - t0
-    return verdict
+        host: dict[str, np.ndarray] = {spec.name: image}
+        try:
+            run_host(program.host_pre, host, dict(tensors))
+        except SpcError as exc:
+            raise SpcError(f"validation: the plan's host stage fails on a seeded image ({exc})") from None
+        dev_in = {t.name: t.layout.to_device(host[t.name]).astype(np.float32) for t in program.device_inputs}
+        drawn = [maps(i, [k for k in cut if k in used]) for i in range(batch)]
+        given = {k: DeviceLayout.of(_times(convs[k][1], batch)).to_device(
+            np.concatenate([v[convs[k][0]] for v in drawn]) if batch > 1 else drawn[0][convs[k][0]]) for k in used}
+        dev = run_device(program, tensors, dev_in, wanted, given, calls)
+    except BaseException:
+        if child is not None:
+            child.cancel()
+        raise
+    verdict = Verdict(None, cut=len(used), cut_values=sorted(convs[k][0] for k in cut), between_skipped=skipped)
+    return Pending(verdict, source, g, program, tensors, host, dev, {name for name, _, _ in convs.values()}, child,
+                   source_side, time.perf_counter() - t0, alongside)
+
+
+class Pending(Struct):
+    """A validation begun (:func:`start`): the device side's results, the source side running."""
+
+    state: Verdict
+    source: Source
+    g: Graph
+    program: Program
+    tensors: Mapping[str, np.ndarray]
+    host: dict[str, np.ndarray]
+    dev: dict[str, np.ndarray]
+    cut_names: set[str]  # the cut convolutions' values: given to both runs, not compared
+    child: Forked | None
+    source_side: Callable[[], list[dict[str, np.ndarray]]]
+    seconds: float
+    alongside: Callable[[], Any] | None = None
+    along: tuple[bool, Any] | None = None  # (done, its result or its SpcError)
+
+    def alongside_result(self) -> Any:
+        """What ``alongside`` returned (in the child, or here when there was none), or raise its SpcError."""
+        done, value = self.along if self.along is not None else (True, self.alongside and self.alongside())
+        if not done:
+            raise value
+        return value
+
+    def cancel(self) -> None:
+        if self.child is not None:
+            self.child.cancel()
+
+    def verdict(self) -> Verdict:
+        """The first tensor that departs, in program order, then the outputs, then the windows."""
+        t0 = time.perf_counter()
+        # here, not in the child: their convolutions' BLAS threads would compete with this process
+        windows = check_windows(self.g, self.program, self.tensors, self.source)
+        child, self.child = self.child, None
+        try:
+            srcs, self.along = child.result() if child is not None else (self.source_side(), None)
+        except ChildFailed:  # the child died (out of memory, killed): the source side here
+            srcs = self.source_side()
+        program, g, dev, host, verdict = self.program, self.g, self.dev, self.host, self.state
+        src = srcs[0]
+        selected, rounded = _after(g, SELECTIONS), _after(g, ROUNDINGS)
+        for ir_name, t in program.values.items():
+            if ir_name in self.cut_names or t.name not in dev or ir_name not in src:
+                continue
+            if t.name in host:  # a device input: the host stage's, checked with the host stage
+                continue
+            got = t.to_host(dev[t.name])
+            why = _difference(got, _per_image([np.asarray(e[ir_name]) for e in srcs], got.shape),
+                              ir_name in selected, ir_name in rounded)
+            if why is not None:
+                verdict.departure = _departure(ir_name, g, why)
+                break
+            verdict.compared.append(ir_name)
+        if verdict.departure is None:
+            verdict.departure = _outputs(program, self.tensors, host, dev, srcs, self.source, g, verdict)
+        if verdict.departure is None:
+            verdict.departure = windows
+        verdict.seconds = self.seconds + time.perf_counter() - t0
+        return verdict
 
 
 BETWEEN_CAP = 1_500_000  # cut elements a convolution's input may need to be computed and compared

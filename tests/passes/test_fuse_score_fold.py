@@ -54,3 +54,29 @@ def test_near_misses_do_not_fuse(make) -> None:
     b = make()
     assert not FuseScoreFold().run(b.g, PassContext()).modified
     assert "spc.ScoreFold" not in [n.op.name for n in b.g.nodes]
+
+
+def test_a_rank5_exit_read_by_reshapes_leaves_the_fold_itself() -> None:
+    """onnxsim's HF export: the fold's rank-5 exit read by a reshape to (N, H, W) and one to
+    (N, 1, H, W): both read the map, the second is the map (and names it), no view is left."""
+    b = Builder((1, 65, H, W))
+    sm = b.op("Softmax", b.x, axis=1)
+    sl = b.op("Slice", sm, b.const([0]), b.const([64]), b.const([1]))
+    p = b.op("Transpose", sl, perm=[0, 2, 3, 1])
+    v = b.op("Reshape", p, b.const([1, H, W, 8, 8]))
+    q = b.op("Transpose", v, perm=[0, 1, 3, 2, 4])
+    flat = b.op("Reshape", q, b.const([1, H * 8, W * 8]))
+    pooled_in = b.op("Reshape", q, b.const([1, 1, H * 8, W * 8]))
+    pooled = b.op("MaxPool", pooled_in, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    b.done(flat, pooled)
+    map_name = pooled_in.name
+    x = np.random.default_rng(6).normal(0, 3, (1, 65, H, W)).astype(np.float32)
+    before = evaluate_graph(b.g, {"x": x})
+    assert FuseScoreFold().run(b.g, PassContext()).stats == {"fused": 1}
+    ops_ = [n.op.name for n in b.g.nodes]
+    assert ops_.count("onnx.Reshape") == 1 and "spc.ScoreFold" in ops_, ops_
+    fold = next(n for n in b.g.nodes if n.op.name == "spc.ScoreFold")
+    assert fold.output.name == map_name and fold.attrs["out_shape"] == [1, 1, H * 8, W * 8]
+    assert {u.op.name for u in fold.output.consumers()} == {"onnx.Reshape", "onnx.MaxPool"}
+    for got, want in zip(evaluate_graph(b.g, {"x": x}), before):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

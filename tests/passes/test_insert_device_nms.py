@@ -102,3 +102,30 @@ def test_empty_first_mask_is_one_round_fewer() -> None:
 def test_near_misses_do_not_fuse(make) -> None:
     b = make()
     assert not InsertDeviceNms().run(b.g, PassContext()).modified
+
+
+def test_nms_on_a_pooled_map_with_a_squeezed_exit_keeps_a_view() -> None:
+    """onnxsim's HF export: the pools read the (1, 1, H, W) map, the rest works on a (1, H, W)
+    reshape of it: spc.Nms keeps the map's shape and a view gives the exit's."""
+    b = Builder((1, 1) + SHAPE[1:])
+    k = 2 * R + 1
+
+    def pool(v: Value) -> Value:
+        return b.op("Squeeze", b.op("MaxPool", v, kernel_shape=[k, k], pads=[R] * 4, strides=[1, 1]), b.const([1]))
+
+    flat = b.op("Reshape", b.x, b.const(list(SHAPE)))
+    zeros = b.const(np.zeros(SHAPE, np.float32))
+    mask = b.op("Equal", flat, pool(b.x))
+    for _ in range(2):
+        supp = b.op("Greater", pool(b.op("Unsqueeze", b.op("Cast", mask, to=1), b.const([1]))), b.const(np.float32(0)))
+        rest = b.op("Where", supp, zeros, flat)
+        new = b.op("Equal", rest, pool(b.op("Unsqueeze", rest, b.const([1]))))
+        mask = b.op("Or", mask, b.op("And", new, b.op("Not", supp)))
+    b.done(b.op("Where", mask, flat, zeros))
+    name = b.g.outputs[0].name
+    x = tie_heavy(b.x.type.static_shape, seed=43)
+    before = evaluate_graph(b.g, {"x": x})[0]
+    assert InsertDeviceNms().run(b.g, PassContext()).stats == {"fused": 1, "source_rounds": [2]}
+    assert [n.op.name for n in b.g.nodes] == ["spc.Nms", "onnx.Reshape"]
+    assert b.g.outputs[0].name == name and list(b.g.outputs[0].type.static_shape) == list(SHAPE)
+    assert np.array_equal(evaluate_graph(b.g, {"x": x})[0], before)

@@ -142,6 +142,13 @@ def _window(in_sp: Sequence[int], kernel: Sequence[int], attrs: D, ceil: bool = 
     return _Window(out, lo, hi, strides, dil, kernel)
 
 
+def explicit_pads(in_sp: Sequence[int], kernel: Sequence[int], attrs: D) -> list[int]:
+    """A window op's padding as ONNX defines it (auto_pad included) on a spatial size ``in_sp``:
+    ``pads`` [begin..., end...]."""
+    win = _window(in_sp, kernel, attrs)
+    return [*win.lo, *win.hi]
+
+
 def _canonical_window(attrs: D) -> D:
     """auto_pad made explicit where that needs no input size: VALID, and SAME at stride 1 (the
     padding is then the kernel extent - 1 whatever the input). Others keep auto_pad, which the

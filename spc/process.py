@@ -1,0 +1,35 @@
+"""A compile's process: one BLAS thread, and freed arrays kept in its heap.
+
+* BLAS: the compile's matrix products are small (the validation's window convolutions); OpenBLAS's
+  worker threads would spin on the second core after each one, the core the validation's child
+  (spc/forked.py) runs on. Set before numpy is imported, as OpenBLAS reads it then.
+* The allocator: glibc hands each freed array over 128 KiB back to the kernel and faults the next
+  one in page by page; kept in the heap, the next array reuses those pages.
+
+Measured on the 480x640 compile (docs/validation.md). Elsewhere than Linux and glibc nothing changes."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # malloc.h
+_MMAP_AT = 1 << 30  # arrays up to 1 GiB from the heap: larger ones are mapped, as before
+_TRIM_AT = 1 << 30  # free heap kept up to 1 GiB: the command ends soon, and the kernel takes it back
+_PAD = 64 << 20  # the heap grows by 64 MiB at a time
+
+
+def tune_for_compile() -> None:
+    """Before numpy is imported (else only the allocator changes). The user's own setting of
+    OPENBLAS_NUM_THREADS is kept."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc
+        return
+    for param, value in ((_M_MMAP_THRESHOLD, _MMAP_AT), (_M_TRIM_THRESHOLD, _TRIM_AT), (_M_TOP_PAD, _PAD)):
+        mallopt(ctypes.c_int(param), ctypes.c_int(value))
