@@ -14,7 +14,7 @@ PY312 ?= $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.12.1/
 TTNN_VENV := .venv-ttnn
 TTNN_STAMP := $(TTNN_VENV)/.installed
 
-.PHONY: demo test lint bench mock-env corpus corpus-tf corpus-derived device-conformance fuzz multichip report-screenshot clean
+.PHONY: demo test lint bench mock-env corpus corpus-tf corpus-jax corpus-derived device-conformance fuzz multichip report-screenshot clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -66,6 +66,16 @@ $(TF_VENV)/.installed:
 
 corpus-tf: $(STAMP) $(TF_VENV)/.installed
 	$(BIN)/python scripts/corpus_tf.py
+
+# SuperPoint written in Flax, exported by jax2onnx, through spc (docs/corpus.md); JAX in its own venv
+JAX_VENV := .venv-jax
+$(JAX_VENV)/.installed:
+	$(PY) -m venv $(JAX_VENV)
+	$(JAX_VENV)/bin/pip install -q jax2onnx==0.17.1 jax==0.10.2 jaxlib==0.10.2 flax==0.12.8 numpy==2.4.6 onnx==1.23.2
+	touch $@
+
+corpus-jax: $(STAMP) $(JAX_VENV)/.installed
+	$(BIN)/python scripts/corpus_jax.py
 
 # the corpus as onnxsim, onnxslim, onnxconverter-common (float16), onnxruntime (basic level) and onnx's
 # version converter leave it, through spc (docs/corpus.md); the tools spc does not depend on run in .venv-tf

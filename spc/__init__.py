@@ -1,14 +1,15 @@
 """spc: a graph compiler from SuperPoint ONNX to Tenstorrent ttnn programs.
 
 The Python API (spc/api.py), imported on first use so that `import spc` stays light:
-``spc.compile(onnx) -> Model``, ``spc.load(plan) -> Model``, ``Model.run(image) -> Features``.
+``spc.compile(onnx) -> Model``, ``spc.load(plan) -> Model``, ``Model.run(image) -> Features``
+(``spc.Extraction``: the standard extraction's parameters for a raw-heads model).
 """
 
 from typing import Any
 
 __version__ = "0.1.0"
 
-_API = ("compile", "load", "Model", "Features")
+_API = ("compile", "load", "Model", "Features", "Extraction")
 
 
 def __getattr__(name: str) -> Any:

@@ -24,6 +24,7 @@ from msgspec import Struct
 
 from spc.errors import SpcError
 from spc.plan.io import Plan
+from spc.runtime.extraction import Extraction
 from spc.ttnn.targets import DEFAULT_TARGET
 
 
@@ -54,26 +55,41 @@ class Model:
     def target(self) -> str:
         return str(self.plan.manifest.get("target", DEFAULT_TARGET))
 
-    def run(self, image: Any, *, resize: str = "stretch", allow_nonfinite: bool = False) -> Features:
+    def run(self, image: Any, *, resize: str = "stretch", allow_nonfinite: bool = False,
+            extraction: Extraction | None = None) -> Features:
         """``image``: a file (image or .npy), a PIL image, a grey (H, W) or RGB (H, W, 3) array
         (uint8, or float in [0, 1]), or an array of the plan's exact input shape (used as is).
-        ``resize``: ``stretch`` to the plan's size, or ``fit`` (aspect ratio kept, zero padding)."""
-        from spc.runtime.runner import Runner
+        ``resize``: ``stretch`` to the plan's size, or ``fit`` (aspect ratio kept, zero padding).
+        A model that returns SuperPoint's raw heads gets the standard extraction (``extraction``:
+        its parameters, spc.Extraction). A model with no keypoints in either form raises:
+        :meth:`outputs` gives its outputs."""
+        from spc.runtime.extraction import has_keypoints
         from spc.tools.run import in_original, keypoints_of
 
+        if not has_keypoints(self.plan.program.roles):
+            raise SpcError(f"{self.path or 'the plan'}: the model's outputs hold no keypoints, neither as keypoints "
+                           "nor as SuperPoint's raw heads (outputs: "
+                           f"{', '.join(t.name for t in self.plan.program.outputs)}); Model.outputs(image) gives them")
         shape = self.input_shape
-        x, geometry = _frame(image, shape, resize, allow_nonfinite)
-        if self._runner is None:
-            self._runner = Runner(self.plan, self.backend)
-        result = self._runner.run(x)
+        result, geometry = self._result(image, resize, allow_nonfinite)
         h, w = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
-        found = keypoints_of(result, self.plan.program.roles, h, w)
+        found = keypoints_of(result, self.plan.program.roles, h, w, extraction)
         size = geometry.original if geometry is not None else (w, h)
-        if found is None:
-            empty = np.zeros((0, 2), np.float32)
-            return Features(empty, np.zeros(0, np.float32), np.zeros((0, 0), np.float32), size, result.outputs)
+        assert found is not None
         xy, scores, desc = in_original(found, geometry)
         return Features(xy, scores, desc, size, result.outputs)
+
+    def outputs(self, image: Any, *, resize: str = "stretch", allow_nonfinite: bool = False) -> dict[str, np.ndarray]:
+        """The model's own outputs on ``image`` (as :meth:`run` takes it), by their ONNX names."""
+        return self._result(image, resize, allow_nonfinite)[0].outputs
+
+    def _result(self, image: Any, resize: str, allow_nonfinite: bool) -> tuple[Any, Any]:
+        from spc.runtime.runner import Runner
+
+        x, geometry = _frame(image, self.input_shape, resize, allow_nonfinite)
+        if self._runner is None:
+            self._runner = Runner(self.plan, self.backend)
+        return self._runner.run(x), geometry
 
     def close(self) -> None:
         if self._runner is not None:

@@ -417,6 +417,21 @@ _NONFINITE = click.option("--allow-nonfinite", is_flag=True,
                           help="run on inputs holding NaN, inf or values beyond float32 (default: refuse them)")
 
 
+def _extraction_options(fn: Callable) -> Callable:
+    """SuperPoint's standard extraction, for a plan whose model returns raw heads (runtime/extraction.py)."""
+    for option in reversed([
+            click.option("--threshold", type=float, default=0.005, show_default=True,
+                         help="raw-heads plans: the score a keypoint must pass"),
+            click.option("--nms-radius", type=click.IntRange(0, 64), default=4, show_default=True,
+                         help="raw-heads plans: the NMS window's radius (pixels)"),
+            click.option("--border", type=click.IntRange(0, 4096), default=4, show_default=True,
+                         help="raw-heads plans: pixels removed at every side"),
+            click.option("--max-keypoints", type=click.IntRange(-1, 1 << 20), default=-1, show_default=True,
+                         help="raw-heads plans: keep the top K by score (-1: every one above the threshold)")]):
+        fn = option(fn)
+    return fn
+
+
 @_command("Run a plan on images, videos or .npy files -> .npz or an hloc features.h5.",
           ["spc run sp.ttplan img.jpg -o kp.npz", "spc run sp.ttplan images/ -o out/ --viz viz/",
            "spc run sp.ttplan images/ --format h5 -o features.h5 --resize fit",
@@ -456,10 +471,12 @@ _NONFINITE = click.option("--allow-nonfinite", is_flag=True,
                    "--overwrite redoes them); -o is a folder; pip install 'spc[ray]'")
 @click.option("--ray-actors", type=click.IntRange(1, 4096), default=None,
               help="--ray: device actors (default: one per CPU core for emu, else one)")
+@_extraction_options
 @_one_line_errors
 def run(plan: Path, inputs: tuple[Path, ...], output: Path | None, fmt: str, resize: str, dense: bool,
         viz: Path | None, overwrite: bool, as_json: bool, allow_nonfinite: bool, backend: str, target: str | None,
-        no_trace: bool, ray_address: str | None = None, ray_actors: int | None = None) -> None:
+        no_trace: bool, ray_address: str | None = None, ray_actors: int | None = None,
+        threshold: float = 0.005, nms_radius: int = 4, border: int = 4, max_keypoints: int = -1) -> None:
     """Run a plan on images, videos or .npy inputs; write the model's outputs as .npz, or hloc's
     features.h5 layout with --format h5.
 
@@ -479,8 +496,11 @@ def run(plan: Path, inputs: tuple[Path, ...], output: Path | None, fmt: str, res
     from spc.tools.run import run_files
 
     files = _inputs(inputs)
+    from spc.runtime.extraction import Extraction
+
     run_files(_read_plan(plan, target), files, output, viz, dense, backend, trace=not no_trace, plan_path=plan,
-              overwrite=overwrite, allow_nonfinite=allow_nonfinite, fmt=fmt, resize=resize, as_json=as_json)
+              overwrite=overwrite, allow_nonfinite=allow_nonfinite, fmt=fmt, resize=resize, as_json=as_json,
+              extraction=Extraction(threshold, nms_radius, border, max_keypoints))
 
 
 @_command("Per-phase timings of a plan on a backend (for hardware: ttnn).",

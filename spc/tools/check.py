@@ -46,8 +46,10 @@ def print_reports(reports: list[ImageReport]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from spc.runtime.extraction import STANDARD
+
     via = {r.keypoints_from for r in reports if r.keypoints_from}
-    how = " from the logits by SuperPoint's standard extraction" if via == {"standard extraction of the logits"} else ""
+    how = " from the logits by SuperPoint's standard extraction" if via == {STANDARD} else ""
     table = Table(title=f"spc plan vs onnxruntime (top-500 keypoints{how}, 2 px)")
     for col in ("input", "score PCC", "desc PCC", "precision", "recall", "F1", "desc cos", "kp ours/ref"):
         table.add_column(col, justify="left" if col == "input" else "right")

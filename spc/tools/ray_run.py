@@ -39,6 +39,7 @@ from spc.errors import SpcError
 from spc.files import atomic_write, file_sha256
 from spc.plan.io import read_plan
 from spc.runtime.batches import fill, groups, image_of, image_shape, images_per_run
+from spc.runtime.extraction import has_keypoints
 from spc.runtime.frames import Frame, Geometry, Source, image_frame
 from spc.runtime.inputs import IMAGE_SUFFIXES, grey_image, image_size
 
@@ -193,7 +194,7 @@ class Device:
         spec = [int(d) for d in self.plan.program.inputs[0].shape]
         self.shape = image_shape(spec) if self.batch > 1 else spec
         self.roles = self.plan.program.roles
-        self.has_keypoints = any(r.get("role") == "keypoints" for r in self.roles.values())
+        self.has_keypoints = has_keypoints(self.roles)
 
     @property
     def runner(self):
@@ -240,18 +241,15 @@ class Device:
 
     def _write(self, result, frame: Frame, npz: Path) -> int:
         """The image's .npz, as `spc run` writes it plus the plan's hash; its keypoint count (-1: none)."""
-        from spc.tools.run import in_original, keypoints_of, npz_bytes
+        from spc.tools.run import in_original, keypoints_of, npz_arrays, npz_bytes
 
-        arrays = dict(result.outputs)
-        arrays.update(result.dense)
         assert frame.geometry is not None
-        arrays.setdefault("image_size", np.array(frame.geometry.original, np.int64))
+        found = keypoints_of(result, self.roles, self.shape[-2], self.shape[-1]) if self.has_keypoints else None
+        kept = in_original(found, frame.geometry) if found is not None else None
+        arrays = npz_arrays(result, kept, self.roles, frame.geometry)
         arrays[PLAN_KEY] = np.array(self.sha)
         atomic_write(npz, npz_bytes(arrays))
-        if not self.has_keypoints:
-            return -1
-        found = keypoints_of(result, self.roles, self.shape[-2], self.shape[-1])
-        return len(in_original(found, frame.geometry)[0]) if found is not None else -1
+        return len(kept[0]) if kept is not None else -1
 
 
 # --- the driver ---------------------------------------------------------------------------------

@@ -120,7 +120,7 @@ def run_input(plan: Plan, plan_path: Path, path: Path, onnx: Path | None, allow_
     with onnxruntime on the source ONNX."""
     from spc.runtime.batches import fill, image_of, images_per_run
     from spc.runtime.runner import Runner
-    from spc.tools.run import in_original, keypoints_of, overlay_png
+    from spc.tools.run import in_original, overlay_png
     from spc.tuning.comparison import find_source
 
     src = find_source(plan, plan_path, onnx)  # before any work: a plan without its ONNX is refused here
@@ -129,21 +129,17 @@ def run_input(plan: Plan, plan_path: Path, path: Path, onnx: Path | None, allow_
     x = fill([frame.x], batch) if batch > 1 else frame.x  # a batch plan: B copies; the page shows the first
     out = InputResult(str(path.name) + ("" if frame.index is None else f" (frame {frame.index})"))
     roles = plan.program.roles
-    logits = next(((name, int(r["cell"])) for name, r in roles.items() if r.get("role") == "score_logits"
-                   and isinstance(r.get("cell"), int)), None)
-    has_keypoints = any(r.get("role") == "keypoints" for r in roles.values())
-    if (has_keypoints or logits is not None) and frame.original is not None:
+    from spc.runtime.extraction import STANDARD, frame_keypoints, has_keypoints
+
+    if has_keypoints(roles) and frame.original is not None:
         shape = [int(d) for d in plan.program.inputs[0].shape]
         with Runner(plan, "emu") as runner:
             result = runner.run(x)
         result = image_of(result, 0, batch) if batch > 1 else result
-        found = keypoints_of(result, roles, shape[-2], shape[-1])
-        if found is None and logits is not None and logits[0] in result.outputs:
-            # raw heads: the keypoints `spc check` compares, by SuperPoint's standard extraction
-            from spc.tuning.superpoint import standard_keypoints
-
-            found = standard_keypoints(result.outputs[logits[0]], None, logits[1])
-            out.keypoints_from = "SuperPoint's standard extraction of the logits, as spc check does"
+        got = frame_keypoints(result.outputs, roles, shape[-2], shape[-1])
+        found = None if got is None else got[0]
+        if got is not None and got[1] == STANDARD:
+            out.keypoints_from = f"{STANDARD}, as spc check does"
         if found is not None:
             xy, scores, _ = in_original(found, frame.geometry)
             scale = float(frame.geometry.scale.mean()) if frame.geometry is not None else 1.0

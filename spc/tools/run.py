@@ -25,6 +25,7 @@ from spc.errors import SpcError
 from spc.files import atomic_write, check_outputs, os_errors
 from spc.plan.io import Plan
 from spc.runtime.batches import fill, groups, image_of, image_shape, images_per_run
+from spc.runtime.extraction import STANDARD, Extraction, frame_keypoints, has_keypoints, raw_heads
 from spc.runtime.frames import (
     PREFETCH,
     VIDEO_SUFFIXES,
@@ -124,17 +125,17 @@ def overlay_png(grey: np.ndarray, keypoints: np.ndarray, scores: np.ndarray, sca
     return buf.getvalue()
 
 
-def keypoints_of(result: RunResult, roles: dict[str, dict], height: int,
-                 width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The frame's keypoints (plan pixels, (N, 2) as x, y), scores (N,) and descriptors (N, D) by
-    the plan's output roles, without the batch axis and with the mask applied (None: it has none)."""
-    from spc.ir.ops.keypoints import canonical
-
+def keypoints_of(result: RunResult, roles: dict[str, dict], height: int, width: int,
+                 extraction: Extraction | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The frame's keypoints (plan pixels, (N, 2) as x, y), scores (N,) and descriptors (N, D):
+    by the plan's output roles (no batch axis, the mask applied), or for a raw-heads plan by
+    SuperPoint's standard extraction (runtime/extraction.py); None: the outputs hold neither."""
     try:
-        return canonical(result.outputs, roles, height, width)
+        found = frame_keypoints(result.outputs, roles, height, width, extraction or Extraction())
     except (ValueError, IndexError, TypeError, KeyError) as exc:  # roles that do not fit the values made
         raise SpcError(f"the plan's output roles do not fit its outputs ({type(exc).__name__}: {str(exc)[:120]}); "
                        "recompile the plan") from None
+    return None if found is None else found[0]
 
 
 def in_original(found: tuple[np.ndarray, np.ndarray, np.ndarray],
@@ -269,20 +270,31 @@ def plan_targets(files: list[Path], counts: list[int | None], fmt: str, output: 
     return targets, h5_output(output) if fmt == "h5" else None
 
 
+def npz_arrays(result: RunResult, kept: tuple[np.ndarray, np.ndarray, np.ndarray] | None, roles: dict[str, dict],
+               geometry: Geometry | None) -> dict[str, np.ndarray]:
+    """A frame's .npz: the model's outputs as it returns them, the dense maps (--dense), the
+    extracted ``keypoints`` (original pixels), ``scores`` and ``descriptors`` of a raw-heads plan
+    (where no output has the name), and ``image_size``."""
+    arrays = dict(result.outputs)
+    arrays.update(result.dense)
+    if kept is not None and raw_heads(roles) is not None:
+        for name, a in zip(("keypoints", "scores", "descriptors"), kept):
+            arrays.setdefault(name, a)
+    if geometry is not None and "image_size" not in arrays:
+        arrays["image_size"] = np.array(geometry.original, np.int64)
+    return arrays
+
+
 def write_results(result: RunResult, frame: Frame, t: Target, h5_path: Path | None, roles: dict[str, dict],
-                  height: int, width: int) -> int | None:
+                  height: int, width: int, extraction: Extraction | None = None) -> int | None:
     """One frame's .npz, .h5 group and overlay, as ``t`` says; its keypoint count in the image
-    (None: the plan has no keypoints)."""
-    has_keypoints = any(r.get("role") == "keypoints" for r in roles.values())
-    found = keypoints_of(result, roles, height, width) if has_keypoints else None
+    (None: the plan has no keypoints). A raw-heads plan's .npz also holds the extracted
+    ``keypoints`` (original pixels), ``scores`` and ``descriptors``, where no output has the name."""
+    found = keypoints_of(result, roles, height, width, extraction) if has_keypoints(roles) else None
     kept = in_original(found, frame.geometry) if found is not None else None
     g = frame.geometry
     if t.npz is not None:
-        arrays = dict(result.outputs)
-        arrays.update(result.dense)
-        if g is not None and "image_size" not in arrays:
-            arrays["image_size"] = np.array(g.original, np.int64)
-        atomic_write(t.npz, npz_bytes(arrays))
+        atomic_write(t.npz, npz_bytes(npz_arrays(result, kept, roles, g)))
     if t.group is not None:
         assert h5_path is not None and kept is not None
         arrays, uncertainty = h5_arrays(kept, frame, width, height)
@@ -310,7 +322,7 @@ def _results(runner: Runner, stream: Iterator[Frame], batch: int,
 def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | None, dense: bool,
               backend: str, trace: bool = True, *, plan_path: Path | None = None, overwrite: bool = False,
               allow_nonfinite: bool = False, fmt: str = "npz", resize: str = "stretch", as_json: bool = False,
-              prefetch: int = PREFETCH) -> None:
+              prefetch: int = PREFETCH, extraction: Extraction | None = None) -> None:
     """Run the plan on every frame of ``files``: everything that can be checked before the first
     frame is (outputs, every input's header), then the inputs are decoded as the device needs them,
     ``prefetch`` frames ahead (memory does not grow with the number of inputs)."""
@@ -319,14 +331,18 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
     shape = image_shape([int(d) for d in spec.shape]) if batch > 1 else [int(d) for d in spec.shape]
     roles = plan.program.roles
     height, width = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
-    has_keypoints = any(r.get("role") == "keypoints" for r in roles.values())
+    keypoints = has_keypoints(roles)
     if fmt not in FORMATS:
         raise SpcError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    if viz is not None and not has_keypoints:
-        raise SpcError("--viz draws keypoints, and this plan's outputs hold none (spc inspect lists its outputs)")
-    if fmt == "h5" and not has_keypoints:
-        raise SpcError("--format h5 writes keypoints, and this plan's outputs hold none (spc inspect lists its "
-                       "outputs); use --format npz")
+    if viz is not None and not keypoints:
+        raise SpcError("--viz draws keypoints, and this plan's outputs hold none, neither as keypoints nor as "
+                       "SuperPoint's raw heads (spc inspect lists its outputs)")
+    if fmt == "h5" and not keypoints:
+        raise SpcError("--format h5 writes keypoints, and this plan's outputs hold none, neither as keypoints nor "
+                       "as SuperPoint's raw heads (spc inspect lists its outputs); use --format npz")
+    extraction = extraction or Extraction()
+    if (why := extraction.check()) is not None:
+        raise SpcError(f"the keypoint extraction: {why}")
     if fmt == "h5" and dense:
         raise SpcError("--dense saves the device maps into the .npz files: use it with --format npz")
     if fmt == "npz" and output is not None and output.suffix.lower() in H5_SUFFIXES:
@@ -355,13 +371,18 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
     stream = prefetched(frames(sources, shape, resize, keep_original=viz is not None,
                                allow_nonfinite=allow_nonfinite), prefetch)
     tally = {"frames": 0, "keypoints": 0, "resized": 0, "aspect_changed": 0}
+    heads_note = (f"keypoints by {STANDARD}: {extraction.describe()} (--threshold, --nms-radius, --border, "
+                  "--max-keypoints)" if raw_heads(roles) is not None and not as_json else None)
     try:
         with Runner(plan, backend, trace) as runner, _progress(len(flat)) as bar:
             task = bar.add_task("running", total=len(flat))
             start = time.perf_counter()
             for frame, result, dense_read in _results(runner, stream, batch, dense):
                 t = where[id(frame.source)][(frame.index or 1) - 1]
-                count = write_results(result, frame, t, h5_path, roles, height, width)
+                if heads_note:
+                    console.note(heads_note)
+                    heads_note = None
+                count = write_results(result, frame, t, h5_path, roles, height, width, extraction)
                 g = frame.geometry
                 if note and g is not None and g.aspect_changed:  # with the first result it concerns
                     console.note(note)
@@ -400,7 +421,7 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
                                       "frames_per_second": round(rate, 3), "format": fmt, "resize": resize,
                                       "output": str(h5_path) if h5_path else None}}))
     elif done > 1:
-        kp = f", {tally['keypoints']} keypoints" if has_keypoints else ""
+        kp = f", {tally['keypoints']} keypoints" if keypoints else ""
         size = (f"; {tally['resized']} resized ({tally['aspect_changed']} with a change of aspect ratio)"
                 if tally["resized"] else "")
         into = f" -> {h5_path}" if h5_path else ""

@@ -9,7 +9,7 @@ What is compared comes from the plan's output roles (lowering/roles.py), never f
   pre-NMS score map, the normalised descriptor map) and for dense outputs with a role; their PCC;
 * raw detector logits (a model without post-processing in the graph): both sides' logits go
   through SuperPoint's standard extraction (softmax, fold, NMS radius 4, threshold 0.005, border
-  4: tuning/superpoint.py), so keypoints are compared too, and the score maps by PCC;
+  4: runtime/extraction.py), so keypoints are compared too, and the score maps by PCC;
 * every other output: its PCC and largest difference.
 """
 
@@ -47,7 +47,7 @@ class ImageReport(Struct):
     ref_keypoints: int
     # outputs without a keypoint or map role: name -> [PCC, largest absolute difference]
     outputs: dict[str, list[float]] = field(default_factory=dict)
-    keypoints_from: str = ""  # "outputs" | "standard extraction of the logits" | ""
+    keypoints_from: str = ""  # "outputs" | runtime/extraction.py's STANDARD | "" (none)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -95,8 +95,7 @@ class OrtReference:
 
 def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[str, str],
             roles: dict[str, dict], width: int, height: int) -> ImageReport:
-    from spc.ir.ops.keypoints import canonical
-    from spc.tuning.superpoint import score_map_from_logits, standard_keypoints
+    from spc.runtime.extraction import frame_keypoints, score_map_from_logits
 
     # a batch plan's maps of one image's copy are no image's rows (runtime/batches.py leaves them out)
     def dense(role: str) -> float:
@@ -105,7 +104,7 @@ def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[s
 
     score, desc = dense("score_map"), dense("descriptor_map")
     generic: dict[str, list[float]] = {}
-    logits = desc_out = None
+    logits = None
     for out, role in roles.items():
         r = role.get("role")
         if out not in ours.outputs or out not in ref:
@@ -114,7 +113,7 @@ def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[s
         if r == "score_map":
             score = pcc(a, b)
         elif r == "descriptor_map":
-            desc, desc_out = pcc(a, b), out
+            desc = pcc(a, b)
         elif r == "score_logits":
             logits = (out, int(role["cell"]))
     if logits is not None:
@@ -127,15 +126,10 @@ def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[s
         same = a.shape == b.shape
         generic[out] = [pcc(a, b) if same else NAN,
                         float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max()) if same and a.size else NAN]
-    got, want = canonical(ours.outputs, roles, height, width), canonical(ref, roles, height, width)
-    source = "outputs"
-    if got is None and logits is not None:
-        out, cell = logits
-        dmaps = (ours.outputs.get(desc_out), ref.get(desc_out)) if desc_out else (None, None)
-        got, want = standard_keypoints(ours.outputs[out], dmaps[0], cell), standard_keypoints(ref[out], dmaps[1], cell)
-        source = "standard extraction of the logits"
-    if got is None or want is None:
+    ours_kp, ref_kp = (frame_keypoints(o, roles, height, width) for o in (ours.outputs, ref))
+    if ours_kp is None or ref_kp is None:
         return ImageReport(name, score, desc, NAN, NAN, NAN, NAN, 0, 0, generic, "")
+    (got, source), (want, _) = ours_kp, ref_kp
     agree = keypoint_agreement(*got, *want)
     return ImageReport(name, score, desc, agree.precision, agree.recall, agree.f1, agree.descriptor_cosine,
                        len(got[0]), len(want[0]), generic, source)

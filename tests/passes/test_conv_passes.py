@@ -91,3 +91,20 @@ def test_conv_with_other_users_keeps_its_relu() -> None:
     FuseConvBiasRelu().run(g, PassContext())
     assert [n.op.name for n in g.nodes] == ["spc.Conv2d", "onnx.Relu"]
     assert g.nodes[0].attrs["activation"] == "none"
+
+
+def test_auto_pad_same_fuses_with_onnx_own_pads() -> None:
+    """jax2onnx's Conv: auto_pad SAME_UPPER (and SAME_LOWER, VALID), no kernel_shape, stride 1 and
+    2 on an odd size: the fused conv's explicit pads are ONNX's, so it computes what the Conv does."""
+    for mode, strides, out in (("SAME_UPPER", 1, "6,7"), ("SAME_LOWER", 2, "3,4"), ("SAME_UPPER", 2, "3,4"),
+                               ("VALID", 1, "4,5")):
+        g = ir(f"""graph @t(%x: f32[1,2,6,7]) {{
+  %w: f32[4,2,3,3] = const @"w"
+  %c: f32[1,4,{out}] = onnx.Conv(%x, %w) {{auto_pad = "{mode}", strides = [{strides}, {strides}]}} #c
+  return %c
+}}
+""", w=W)
+        before = evaluate_graph(g, {"x": X})[0]
+        assert FuseConvBiasRelu().run(g, PassContext()).stats == {"conv": 1}, mode
+        assert [n.op.name for n in g.nodes] == ["spc.Conv2d"] and "auto_pad" not in g.nodes[0].attrs
+        np.testing.assert_allclose(evaluate_graph(g, {"x": X})[0], before, rtol=1e-5, atol=1e-5, err_msg=mode)
