@@ -393,12 +393,14 @@ def _ttnn_interpreter() -> None:
     os.execv(python, [python, "-m", "spc.cli", *sys.argv[1:]])
 
 
-def _inputs(paths: tuple[Path, ...]) -> list[Path]:
+def _inputs(paths: tuple[Path, ...], skipped: Any = None) -> list[Path]:
+    """The input files: folders walked whole (runtime/inputs.py; what they left out counted in
+    ``skipped``, a Skipped)."""
     from spc.runtime.inputs import expand_paths
 
     if not paths:
         raise SpcError("no input given")
-    return expand_paths(list(paths))
+    return expand_paths(list(paths), skipped)
 
 
 def _run_target(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -471,12 +473,23 @@ def _extraction_options(fn: Callable) -> Callable:
                    "--overwrite redoes them); -o is a folder; pip install 'spc[ray]'")
 @click.option("--ray-actors", type=click.IntRange(1, 4096), default=None,
               help="--ray: device actors (default: one per CPU core for emu, else one)")
+@click.option("--coords", type=click.Choice(["onnx", "pixels"]), default="onnx", show_default=True,
+              help="npz: onnx: the model's outputs as it returns them; pixels: keypoints (N,2) in the original "
+                   "image's pixels, scores (N,), descriptors (N,D), as h5 and the Python API give them")
+@click.option("--keep-going", is_flag=True,
+              help="an input that cannot be read is reported with its reason and skipped; the others run (exit "
+                   "status 1 says some failed)")
+@click.option("--skip-existing", is_flag=True,
+              help="keep the results this plan made already (their plan sha256 is this plan's): a rerun after an "
+                   "interruption goes on where it stopped")
 @_extraction_options
 @_one_line_errors
 def run(plan: Path, inputs: tuple[Path, ...], output: Path | None, fmt: str, resize: str, dense: bool,
         viz: Path | None, overwrite: bool, as_json: bool, allow_nonfinite: bool, backend: str, target: str | None,
-        no_trace: bool, ray_address: str | None = None, ray_actors: int | None = None,
-        threshold: float = 0.005, nms_radius: int = 4, border: int = 4, max_keypoints: int = -1) -> None:
+        no_trace: bool, ray_address: str | None = None, ray_actors: int | None = None, coords: str = "onnx",
+        keep_going: bool = False,
+        skip_existing: bool = False, threshold: float = 0.005, nms_radius: int = 4, border: int = 4,
+        max_keypoints: int = -1) -> None:
     """Run a plan on images, videos or .npy inputs; write the model's outputs as .npz, or hloc's
     features.h5 layout with --format h5.
 
@@ -489,18 +502,26 @@ def run(plan: Path, inputs: tuple[Path, ...], output: Path | None, fmt: str, res
     if ray_address is not None:
         from spc.tools.ray_run import run_cli
 
+        if coords != "onnx" or keep_going or skip_existing:
+            raise SpcError("--ray keeps going past bad images and skips what this plan made by itself, and writes "
+                           "the model's outputs (--coords onnx): drop --coords, --keep-going and --skip-existing")
+
         run_cli(plan, inputs, output, ray_address or None, fmt=fmt, viz=viz, backend=backend, actors=ray_actors,
                 resize=resize, dense=dense, allow_nonfinite=allow_nonfinite, as_json=as_json, target=target,
                 redo=overwrite)
         return
+    from spc.runtime.extraction import Extraction
+    from spc.runtime.inputs import Skipped
     from spc.tools.run import run_files
 
-    files = _inputs(inputs)
-    from spc.runtime.extraction import Extraction
+    skipped = Skipped()
+    files = _inputs(inputs, skipped)
 
     run_files(_read_plan(plan, target), files, output, viz, dense, backend, trace=not no_trace, plan_path=plan,
               overwrite=overwrite, allow_nonfinite=allow_nonfinite, fmt=fmt, resize=resize, as_json=as_json,
-              extraction=Extraction(threshold, nms_radius, border, max_keypoints))
+              extraction=Extraction(threshold, nms_radius, border, max_keypoints),
+              root=inputs[0] if len(inputs) == 1 and inputs[0].is_dir() else None, keep_going=keep_going,
+              skip_existing=skip_existing, skipped=skipped, coords=coords)
 
 
 @_command("Per-phase timings of a plan on a backend (for hardware: ttnn).",

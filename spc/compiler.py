@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -366,7 +367,7 @@ def compile_once(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
     host_macs = sum(macs(n) for n in g.nodes if n.placement is not Placement.DEVICE)
     manifest = {
         "target": target,
-        "source": {"file": src.name, "sha256": source.sha256},
+        "source": {"file": src.name, "sha256": source.sha256, "path": os.path.abspath(src)},
         "inputs": [asdict(t) for t in program.inputs],
         "outputs": [asdict(t) for t in program.outputs],
         "options": {"input_shape": input_shape, "batch": batch, "nms_single_pass": nms_single_pass,

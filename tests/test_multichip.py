@@ -95,7 +95,7 @@ def test_emu_two_chips_give_the_one_chip_plans_results(plans, images: dict[str, 
     for f in files:
         one, two = np.load(tmp_path / "p150" / f"{f.name}.npz"), np.load(tmp_path / "p300" / f"{f.name}.npz")
         assert sorted(one.files) == sorted(two.files) and "score_map" in one.files
-        for name in one.files:
+        for name in (n for n in one.files if n != "spc_plan_sha256"):  # two plans, their own hashes
             assert one[name].shape == two[name].shape and one[name].dtype == two[name].dtype, name
             assert np.array_equal(one[name], two[name]), name
         assert len(one["keypoints"][0][one["mask"][0].astype(bool)]) > 0

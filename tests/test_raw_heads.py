@@ -75,7 +75,7 @@ def test_run_h5_viz_and_npz_of_a_raw_heads_plan(raw_plan, images, tmp_path: Path
     from spc.plan.io import read_plan
 
     outputs = {t.name for t in read_plan(plan).program.outputs}  # the export's own names ('46', '52')
-    assert set(z.files) == outputs | {"keypoints", "scores", "descriptors", "image_size"}, z.files
+    assert set(z.files) == outputs | {"keypoints", "scores", "descriptors", "image_size", "spc_plan_sha256"}, z.files
     kp = z["keypoints"]  # original pixels (512 x 512 camera): none within the scaled 8 px border
     assert len(kp) and kp.min() >= 8 * 512 / W - 1 and kp.max() <= 512 - 8 * 512 / W
 
@@ -103,3 +103,21 @@ def test_a_model_without_keypoints_raises_in_the_api(tmp_path: Path) -> None:
         with pytest.raises(SpcError, match="no keypoints"):
             model.run(np.zeros((1, 1, 8, 8), np.float32))
         assert model.outputs(np.zeros((1, 1, 8, 8), np.float32))["y"].shape == (1, 1, 8, 8)
+
+
+def test_check_finds_the_source_where_it_was_compiled_from(raw_plan, images, tmp_path: Path) -> None:
+    """The plan records its source's absolute path: a plan copied elsewhere still finds it, and a
+    changed file there is refused by its hash."""
+    src, plan = raw_plan
+    moved = tmp_path / "elsewhere" / "raw.ttplan"
+    moved.parent.mkdir()
+    shutil.copy(plan, moved)
+    code, _, err = spc("check", moved, images["camera"])
+    assert code == 0, err
+    copy = tmp_path / "copy.onnx"
+    shutil.copy(src, copy)
+    code, _, err = spc("compile", copy, "-o", tmp_path / "c.ttplan")
+    assert code == 0, err
+    copy.write_bytes(copy.read_bytes() + b"\0")  # changed since: not its source any more
+    code, _, err = spc("check", tmp_path / "c.ttplan", images["camera"])
+    assert_one_line_error(code, err, contains="not the ONNX this plan was compiled from")

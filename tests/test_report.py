@@ -216,8 +216,16 @@ def test_a_bad_plan_is_one_line(small_plan: Path, tmp_path: Path, images: dict[s
     # an input the plan cannot take, and a plan whose source ONNX is not there
     code, _, err = spc("report", small_plan, tmp_path / "none.png", "-o", out)
     assert_one_line_error(code, err, contains="none.png")
+    import shutil
+
+    from spc.plan.io import read_plan
+    from spc.tuning.comparison import find_source
+
+    gone = tmp_path / "gone.onnx"  # the plan records where its source was: removed since
+    shutil.copy(find_source(read_plan(small_plan), small_plan, None), gone)
     alone = tmp_path / "alone.ttplan"
-    alone.write_bytes(small_plan.read_bytes())
+    assert spc("compile", gone, "-o", alone)[0] == 0
+    gone.unlink()
     code, _, err = spc("report", alone, images["camera"], "-o", out)
     assert_one_line_error(code, err, contains="--onnx")
     assert not out.exists()

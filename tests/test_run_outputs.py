@@ -272,18 +272,29 @@ def test_an_input_that_fails_to_decode_stops_the_run_and_keeps_what_is_done(relu
     assert np.load(tmp_path / "out" / "a.png.npz")["image_size"].tolist() == [512, 512]
 
 
-def test_h5_groups_are_replaced_only_with_overwrite(tmp_path: Path) -> None:
+def test_h5_groups_are_merged_whole_and_record_their_plan(tmp_path: Path) -> None:
+    """tools/h5_store.py: groups go to a journal, then into a copy renamed over the file; each
+    records its plan; a second writer is refused; a journal a killed run left is merged first."""
     from spc.errors import SpcError
-    from spc.tools.run import check_h5, write_h5_group
+    from spc.tools.h5_store import PLAN_ATTR, H5Store
 
     h5 = tmp_path / "f.h5"
     group = {"keypoints": np.zeros((3, 2), np.float32), "scores": np.ones(3, np.float32),
              "descriptors": np.zeros((256, 3), np.float32), "image_size": np.array([640, 480])}
-    write_h5_group(h5, "a/x.png", group, 2.0)
-    check_h5(h5, ["a/y.png"], [], overwrite=False)  # a new group: appended
-    with pytest.raises(SpcError, match=r"already holds a/x\.png; pass --overwrite"):
-        check_h5(h5, ["a/x.png", "a/y.png"], [], overwrite=False)
-    check_h5(h5, ["a/x.png"], [], overwrite=True)
-    write_h5_group(h5, "a/x.png", {**group, "scores": np.full(3, 7, np.float32)}, 2.0)
+    with H5Store(h5, "sha-1") as store:
+        store.add("a/x.png", group, 2.0)
+        assert not h5.exists()  # nothing in the file until the merge
+        with pytest.raises(SpcError, match="another spc run is writing this file"):
+            H5Store(h5, "sha-1")
     with h5py.File(h5, "r") as fd:
-        assert list(fd) == ["a"] and list(fd["a"]) == ["x.png"] and fd["a/x.png/scores"][0] == 7
+        assert list(fd) == ["a"] and fd["a/x.png"].attrs[PLAN_ATTR] == "sha-1"
+        assert fd["a/x.png/keypoints"].attrs["uncertainty"] == np.float32(2.0)
+    killed = H5Store(h5, "sha-2")
+    killed.add("a/x.png", {**group, "scores": np.full(3, 7, np.float32)}, 2.0)
+    killed.add("b/y.png", group, 2.0)
+    killed._unlock()  # as a SIGKILL leaves it: the journal, no merge
+    with H5Store(h5, "sha-2") as store:
+        assert store.groups() == {"a/x.png": "sha-2", "b/y.png": "sha-2"}
+    with h5py.File(h5, "r") as fd:
+        assert fd["a/x.png/scores"][0] == 7
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith("spc-lock")) == ["f.h5"]

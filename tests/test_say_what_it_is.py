@@ -142,7 +142,8 @@ def test_inspect_opens_with_what_the_plan_is(small_onnx: Path, small_plan: Path)
     assert "radar" in lines[10]
     code, out, err = spc("inspect", small_plan, "--json")
     report = json.loads(out)
-    assert report["source"] == {"file": small_onnx.name, "sha256": sha256(small_onnx)}
+    assert report["source"] == {"file": small_onnx.name, "sha256": sha256(small_onnx),
+                                "path": str(small_onnx.resolve())}
     assert report["inputs"] == [{"name": "pixel_values", "dtype": "f32", "shape": [1, 3, *SMALL]}]
     assert [t["name"] for t in report["outputs"]] == ["keypoints", "scores", "descriptors", "mask"]
     assert report["spc_version"] == __version__ and report["format_version"] == 5

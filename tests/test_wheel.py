@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-OUTPUTS = ["descriptors", "image_size", "keypoints", "mask", "scores"]  # `spc run` on an image, without --dense
+OUTPUTS = ["descriptors", "image_size", "keypoints", "mask", "scores", "spc_plan_sha256"]  # `spc run` on an image, without --dense
 
 
 def sh(*cmd: object, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -185,14 +185,30 @@ def test_a_new_user_follows_the_readme(main_venv: Path, images: dict[str, Path],
     block = readme.split("```\n", 2)[1]
     commands = [line.split("#")[0].split() for line in block.splitlines() if line.startswith("spc ")]
     assert [c[1] for c in commands] == ["export", "compile", "run", "check"]
+    seen = [list(c) for c in commands]
     commands[0] += ["--height", "120", "--width", "160"]
-    commands += [["spc", "run", "sp.ttplan", "img.jpg", "--format", "h5", "-o", "features.h5"],
+    # every other `spc` command of the README's code blocks, as written, once each; photos/ is a tree
+    blocks = readme.split("```")[1::2]
+    for line in (ln.removeprefix("$ ") for b in blocks for ln in b.splitlines()):
+        if line.startswith("spc ") and line.split("#")[0].split() not in seen:
+            seen.append(line.split("#")[0].split())
+            commands.append(seen[-1])
+    assert any("--coords" in c for c in commands) and any("photos/" in c for c in commands), commands
+    (folder / "photos" / "db").mkdir(parents=True)
+    shutil.copy(images["astronaut"], folder / "photos" / "db" / "1.png")
+    shutil.copy(images["coffee"], folder / "photos" / "2.png")
+    commands += [["spc", "run", "sp.ttplan", "img.jpg", "--format", "h5", "-o", "more.h5"],
                  ["spc", "inspect", "sp.ttplan"]]
     bin_dir = main_venv.parent
     for command in commands:
         done = sh(bin_dir / "spc", *command[1:], cwd=folder, env=clean_env())
         assert done.returncode == 0, f"{' '.join(command)}: {done.stderr}"
+    python = next(b for b in blocks if b.startswith("python\n"))[len("python\n"):]
+    done = sh(main_venv, "-c", python, cwd=folder, env=clean_env())
+    assert done.returncode == 0 and "(512, 512)" in done.stdout, done.stderr
     with h5py.File(folder / "features.h5", "r") as h5:
+        assert sorted(h5) == ["2.png", "db"] and "1.png" in h5["db"]
+    with h5py.File(folder / "more.h5", "r") as h5:
         group = h5["img.jpg"]
         assert group["keypoints"].shape[1] == 2 and tuple(group["image_size"][()]) == (512, 512)
     code = "import spc; f = spc.load('sp.ttplan').run('img.jpg'); print(f.image_size, f.keypoints.shape[1])"

@@ -259,6 +259,8 @@ class ProgramJSON(_Strict):
 class SourceJSON(_Strict):
     file: Name
     sha256: Sha256
+    # where it was compiled from (absolute): check and report find it there if its hash still matches
+    path: Annotated[str, Meta(max_length=4096, pattern=_NAME_PATTERN)] = ""
 
 
 class ManifestJSON(Struct, frozen=True):

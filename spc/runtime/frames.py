@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -223,19 +223,27 @@ def _video_frames(source: Source) -> Iterator[np.ndarray]:
 
 
 def frames(sources: Iterable[Source], shape: list[int], mode: str = "stretch", keep_original: bool = False,
-           allow_nonfinite: bool = False) -> Iterator[Frame]:
-    """Every source's frames, decoded in order, one at a time."""
+           allow_nonfinite: bool = False,
+           on_error: Callable[[Source, SpcError], None] | None = None) -> Iterator[Frame]:
+    """Every source's frames, decoded in order, one at a time. ``on_error``: a source that fails to
+    decode is handed to it and skipped (--keep-going; a video's frames before the failure are
+    kept), else the error is raised."""
     for s in sources:
-        if s.kind == "npy":
-            x = load_input(s.path, shape, allow_nonfinite)
-            plane = x.reshape(-1, *x.shape[-2:])[0] if keep_original and x.ndim >= 2 else None
-            yield Frame(s, None, x, None, plane)
-            continue
-        _image_input(shape, s.path)
-        greys = _video_frames(s) if s.kind == "video" else iter([grey_image(s.path, allow_nonfinite)])
-        for i, grey in enumerate(greys, 1):
-            x, g = image_frame(grey, shape, mode, s.path)
-            yield Frame(s, i if s.kind == "video" else None, x, g, grey if keep_original else None)
+        try:
+            if s.kind == "npy":
+                x = load_input(s.path, shape, allow_nonfinite)
+                plane = x.reshape(-1, *x.shape[-2:])[0] if keep_original and x.ndim >= 2 else None
+                yield Frame(s, None, x, None, plane)
+                continue
+            _image_input(shape, s.path)
+            greys = _video_frames(s) if s.kind == "video" else iter([grey_image(s.path, allow_nonfinite)])
+            for i, grey in enumerate(greys, 1):
+                x, g = image_frame(grey, shape, mode, s.path)
+                yield Frame(s, i if s.kind == "video" else None, x, g, grey if keep_original else None)
+        except SpcError as exc:
+            if on_error is None:
+                raise
+            on_error(s, exc)
 
 
 def image_frame(grey: np.ndarray, shape: list[int], mode: str, where: Path | str) -> tuple[np.ndarray, Geometry]:

@@ -14,12 +14,15 @@ finite, or beyond float32's range, are refused unless the caller allows them.
 from __future__ import annotations
 
 import math
+import os
 import stat
 import struct
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from msgspec import Struct, field
 
 from spc.errors import SpcError
 
@@ -35,18 +38,85 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _NONFINITE_HINT = "fix the input, or pass --allow-nonfinite to run on it anyway"
 
 
-def expand_paths(paths: list[Path]) -> list[Path]:
-    """Files as given; folders contribute their images and .npy files, sorted."""
+class Skipped(Struct):
+    """What a folder walk left out, by reason (said in the run's summary)."""
+
+    other: int = 0  # files that are neither images nor .npy
+    hidden: int = 0  # names starting with a dot (files and folders)
+    loops: int = 0  # symlinked folders already walked
+    unreadable: int = 0  # folders that could not be listed
+    examples: list[str] = field(default_factory=list)  # the first few files left out
+
+    def __bool__(self) -> bool:
+        return bool(self.other or self.hidden or self.loops or self.unreadable)
+
+    def __str__(self) -> str:
+        parts = []
+        if self.other:
+            e = f" ({', '.join(self.examples[:3])}{', ...' if self.other > 3 else ''})" if self.examples else ""
+            parts.append(f"{self.other} file(s) that are not images or .npy{e}")
+        if self.hidden:
+            parts.append(f"{self.hidden} hidden")
+        if self.loops:
+            parts.append(f"{self.loops} symlinked folder(s) already walked (a loop)")
+        if self.unreadable:
+            parts.append(f"{self.unreadable} folder(s) that cannot be listed")
+        return "skipped " + ", ".join(parts)
+
+
+def walk_tree(root: Path, suffixes: set[str], skipped: Skipped | None = None) -> Iterator[Path]:
+    """A folder tree's files with one of ``suffixes``, folder by folder in name order, lazily
+    (one folder listed at a time); symlinked folders followed once each, hidden names left out;
+    what is left out counted in ``skipped``."""
+    skipped = skipped if skipped is not None else Skipped()
+    seen: set[tuple[int, int]] = set()
+
+    def unreadable(_: OSError) -> None:
+        skipped.unreadable += 1
+
+    for folder, dirs, names in os.walk(root, onerror=unreadable, followlinks=True):
+        try:
+            st = os.stat(folder)
+        except OSError:
+            skipped.unreadable += 1
+            dirs[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            skipped.loops += 1
+            dirs[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        skipped.hidden += sum(d.startswith(".") for d in dirs)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            if name.startswith("."):
+                skipped.hidden += 1
+            elif os.path.splitext(name)[1].lower() in suffixes:
+                yield Path(folder) / name
+            else:
+                skipped.other += 1
+                if len(skipped.examples) < 3:
+                    skipped.examples.append(name)
+
+
+def expand_paths(paths: list[Path], skipped: Skipped | None = None) -> list[Path]:
+    """Files as given; folders contribute the images and .npy files of their whole tree, sorted
+    (:func:`walk_tree`; what it leaves out is counted in ``skipped``)."""
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            try:
-                found = sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES | {".npy"})
-            except OSError as exc:
-                raise SpcError(f"{p}: cannot list the folder ({exc.strerror or type(exc).__name__})") from None
+            left = Skipped()
+            found = list(walk_tree(p, IMAGE_SUFFIXES | {".npy"}, left))
+            if left.unreadable and not found:
+                raise SpcError(f"{p}: cannot list the folder")
             if not found:
-                raise SpcError(f"{p}: folder has no images or .npy files")
+                raise SpcError(f"{p}: the folder's tree has no images or .npy files"
+                               + (f" ({left})" if left else ""))
             out.extend(found)
+            if skipped is not None:
+                for f in ("other", "hidden", "loops", "unreadable"):
+                    setattr(skipped, f, getattr(skipped, f) + getattr(left, f))
+                skipped.examples.extend(left.examples[:3 - len(skipped.examples)])
         else:
             out.append(p)
     return out

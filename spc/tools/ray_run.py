@@ -41,9 +41,9 @@ from spc.plan.io import read_plan
 from spc.runtime.batches import fill, groups, image_of, image_shape, images_per_run
 from spc.runtime.extraction import has_keypoints
 from spc.runtime.frames import Frame, Geometry, Source, image_frame
-from spc.runtime.inputs import IMAGE_SUFFIXES, grey_image, image_size
+from spc.runtime.inputs import IMAGE_SUFFIXES, grey_image, image_size, walk_tree
+from spc.tools.run import done_for, failure_reason
 
-PLAN_KEY = "spc_plan_sha256"  # the .npz member naming the plan that made it
 CHUNK = 16  # paths per read task
 # the CPUs an actor and a read task claim: a core holds one of each, so one actor per core (emu)
 # leaves the read tasks room on every node
@@ -56,15 +56,6 @@ _WILDCARDS = "*?["
 
 def _is_image(path: str) -> bool:
     return os.path.splitext(path)[1].lower() in IMAGE_SUFFIXES
-
-
-def _walk(root: Path) -> Iterator[Path]:
-    """A folder tree's images, folder by folder in name order (os.walk: one folder listed at a time)."""
-    for folder, dirs, names in os.walk(root, onerror=None):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(names):
-            if _is_image(name) and not name.startswith("."):
-                yield Path(folder) / name
 
 
 def _list_file(path: Path) -> Iterator[Path]:
@@ -82,7 +73,7 @@ def dataset(spec: str) -> tuple[Path, Iterator[Path]]:
     folders) or a list file (one path a line, ``#`` comments; the root is the list's folder)."""
     p = Path(spec)
     if p.is_dir():
-        return p, _walk(p)
+        return p, walk_tree(p, IMAGE_SUFFIXES)
     if p.is_file():
         if _is_image(spec):
             raise SpcError(f"{spec}: one image; --ray runs a dataset (a folder, a glob or a list file)")
@@ -128,15 +119,6 @@ def spool(paths: Iterator[Path], folder: Path, chunk: int = CHUNK) -> tuple[Path
 
 # --- what the read tasks and the actors do (run on the workers) ----------------------------------
 
-def done_for(npz: Path, sha: str) -> bool:
-    """``npz`` exists and was made by the plan whose sha256 is ``sha``."""
-    try:
-        with np.load(npz, allow_pickle=False) as got:
-            return PLAN_KEY in got.files and str(got[PLAN_KEY]) == sha
-    except Exception:  # missing, unreadable, not an npz: to be made
-        return False
-
-
 def _written_since(npz: Path, since: float) -> bool:
     """The result was written by this run: a read task Ray re-ran (its output lost with a node)
     found it there. Counted as written, not as done before."""
@@ -144,14 +126,6 @@ def _written_since(npz: Path, since: float) -> bool:
         return npz.stat().st_mtime >= since
     except OSError:
         return False
-
-
-def _reason(exc: BaseException, path: Path) -> str:
-    """An image's failure in a line, without its path (the report names it)."""
-    text = str(exc).strip().splitlines()
-    line = text[0] if text else ""
-    line = line.removeprefix(f"{path}: ")
-    return line if isinstance(exc, SpcError) else f"{type(exc).__name__}: {line}"
 
 
 def read_chunk(item: dict, *, root: str, output: str, sha: str, shape: list[int], resize: str,
@@ -177,7 +151,7 @@ def read_chunk(item: dict, *, root: str, output: str, sha: str, shape: list[int]
             x, g = image_frame(grey, shape, resize, path)
             row.update(x=np.ascontiguousarray(x, np.float32).tobytes(), width=g.original[0], height=g.original[1])
         except Exception as exc:  # a bad image is reported, never stops the run
-            row.update(status="failed", reason=_reason(exc, path))
+            row.update(status="failed", reason=failure_reason(exc, path))
         yield row
 
 
@@ -227,14 +201,14 @@ class Device:
                     results = [image_of(both, k, self.batch) for k in range(len(group))]
             except Exception as exc:  # the plan fails on these frames: reported, the run goes on
                 for i, frame in group:
-                    status[i], reason[i] = "failed", _reason(exc, frame.source.path)
+                    status[i], reason[i] = "failed", failure_reason(exc, frame.source.path)
                 continue
             for (i, frame), result in zip(group, results):
                 try:
                     keypoints[i] = self._write(result, frame, Path(str(rows["output"][i])))
                     status[i] = "written"
                 except Exception as exc:
-                    status[i], reason[i] = "failed", _reason(exc, frame.source.path)
+                    status[i], reason[i] = "failed", failure_reason(exc, frame.source.path)
         return {"path": rows["path"], "name": rows["name"], "output": rows["output"],
                 "status": np.array(status), "reason": np.array(reason), "keypoints": np.array(keypoints, np.int64),
                 "pid": np.full(n, os.getpid(), np.int64)}
@@ -246,8 +220,7 @@ class Device:
         assert frame.geometry is not None
         found = keypoints_of(result, self.roles, self.shape[-2], self.shape[-1]) if self.has_keypoints else None
         kept = in_original(found, frame.geometry) if found is not None else None
-        arrays = npz_arrays(result, kept, self.roles, frame.geometry)
-        arrays[PLAN_KEY] = np.array(self.sha)
+        arrays = npz_arrays(result, kept, self.roles, frame.geometry, self.sha)
         atomic_write(npz, npz_bytes(arrays))
         return len(kept[0]) if kept is not None else -1
 

@@ -22,7 +22,7 @@ from msgspec import Struct
 
 from spc import console
 from spc.errors import SpcError
-from spc.files import atomic_write, check_outputs, os_errors
+from spc.files import atomic_write, check_outputs, file_sha256, os_errors
 from spc.plan.io import Plan
 from spc.runtime.batches import fill, groups, image_of, image_shape, images_per_run
 from spc.runtime.extraction import STANDARD, Extraction, frame_keypoints, has_keypoints, raw_heads
@@ -37,19 +37,26 @@ from spc.runtime.frames import (
     probe,
     probe_video,
 )
+from spc.runtime.inputs import Skipped
 from spc.runtime.runner import Runner, RunResult
+from spc.tools.h5_store import H5Store, h5py_module
 
 FORMATS = ("npz", "h5")
 H5_SUFFIXES = (".h5", ".hdf5")
 # hloc's SuperPoint wrapper: detection noise 2 px, times the mean scale to the original image
 # (hloc/extract_features.py writes it as the keypoints' "uncertainty" attribute)
 DETECTION_NOISE = 2.0
-_H5_EXTRA = "--format h5 needs h5py: pip install 'spc[full]'"
+PLAN_KEY = "spc_plan_sha256"  # the .npz member naming the plan that made it
 
 
-def relative_names(files: list[Path]) -> list[str]:
-    """Each input's path relative to the folder that holds all the inputs (one input: its name)."""
+def relative_names(files: list[Path], root: Path | None = None) -> list[str]:
+    """Each input's path relative to ``root`` (the one folder given, whose tree they are: an
+    hloc-style tree's db/1.png, query/2.png even when one subfolder has them all), else to the
+    folder that holds all the inputs (one input: its name)."""
     absolute = [Path(os.path.abspath(f)) for f in files]
+    base = Path(os.path.abspath(root)) if root is not None else None
+    if base is not None and all(a.is_relative_to(base) for a in absolute):
+        return [a.relative_to(base).as_posix() for a in absolute]
     try:
         common = Path(os.path.commonpath([str(a.parent) for a in absolute]))
     except ValueError:  # different drives: keep every path whole
@@ -57,7 +64,7 @@ def relative_names(files: list[Path]) -> list[str]:
     return [a.relative_to(common).as_posix() for a in absolute]
 
 
-def output_paths(files: list[Path], output: Path | None, suffix: str) -> list[Path]:
+def output_paths(files: list[Path], output: Path | None, suffix: str, root: Path | None = None) -> list[Path]:
     """Where each input's output goes (the naming scheme `spc run --help` states):
 
     * one input and ``output`` a file name (it has a suffix and is no folder): ``output`` itself;
@@ -78,7 +85,7 @@ def output_paths(files: list[Path], output: Path | None, suffix: str) -> list[Pa
     folder = output or Path(".")
     if (os.path.lexists(folder) and not folder.is_dir()) or folder.suffix == suffix:
         raise SpcError(f"{folder}: {len(files)} inputs need a folder for -o/--viz, not a {suffix} file")
-    return [folder / (name + suffix) for name in relative_names(files)]
+    return [folder / (name + suffix) for name in relative_names(files, root)]
 
 
 def frame_path(path: Path, index: int | None) -> Path:
@@ -165,48 +172,15 @@ class Target(Struct):
     group: str | None = None
 
 
-def _h5py():
-    try:
-        import h5py
-    except ModuleNotFoundError:
-        raise SpcError(_H5_EXTRA) from None
-    return h5py
-
-
-def check_h5(path: Path, groups: list[str], inputs: list[Path], overwrite: bool) -> None:
-    """The .h5 may be new, or an HDF5 file that gets new groups: one already there is refused
-    unless ``overwrite`` (then it is replaced)."""
-    h5py = _h5py()
-    check_outputs([path], inputs, overwrite=True)  # never an input, a folder or in a read-only folder
-    if not os.path.lexists(path):
-        return
-    with os_errors(path, "cannot read"):
-        if not h5py.is_hdf5(path):
-            raise SpcError(f"{path}: exists and is not an HDF5 file; choose another -o")
-        with h5py.File(path, "r") as fd:
-            there = [g for g in groups if g in fd]
-    if there and not overwrite:
-        more = f" (and {len(there) - 1} more)" if len(there) > 1 else ""
-        raise SpcError(f"{path}: already holds {there[0]}{more}; pass --overwrite to replace them, "
-                       "or choose another -o")
-
-
-def write_h5_group(path: Path, name: str, arrays: dict[str, np.ndarray], uncertainty: float) -> None:
-    """One frame's group, written whole (a failure removes it), the file closed after it, as hloc does."""
-    h5py = _h5py()
-    with os_errors(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-    with os_errors(path), h5py.File(path, "a") as fd:
-        if name in fd:
-            del fd[name]
-        grp = fd.create_group(name)
-        try:
-            for key, value in arrays.items():
-                grp.create_dataset(key, data=value)
-            grp["keypoints"].attrs["uncertainty"] = np.float32(uncertainty)
-        except BaseException:
-            del fd[name]
-            raise
+def check_h5(path: Path, inputs: list[Path]) -> None:
+    """The .h5 may be new, or an HDF5 file that gets new groups; never an input, a folder or a file
+    in a read-only folder."""
+    h5py = h5py_module()
+    check_outputs([path], inputs, overwrite=True)
+    if os.path.lexists(path):
+        with os_errors(path, "cannot read"):
+            if not h5py.is_hdf5(path):
+                raise SpcError(f"{path}: exists and is not an HDF5 file; choose another -o")
 
 
 def h5_arrays(kept: tuple[np.ndarray, np.ndarray, np.ndarray], frame: Frame,
@@ -256,13 +230,13 @@ def _progress(total: int):
 
 
 def plan_targets(files: list[Path], counts: list[int | None], fmt: str, output: Path | None,
-                 viz: Path | None) -> tuple[list[list[Target]], Path | None]:
+                 viz: Path | None, root: Path | None = None) -> tuple[list[list[Target]], Path | None]:
     """Each input's frames' outputs (``counts``: a video's frame count, None for one frame), and the
-    .h5 of an h5 run."""
+    .h5 of an h5 run (``root``: :func:`relative_names`')."""
     none: list = [None] * len(files)
-    npz = output_paths(files, output, ".npz") if fmt == "npz" else none
-    groups = relative_names(files) if fmt == "h5" else none
-    pngs = output_paths(files, viz, ".png") if viz is not None else none
+    npz = output_paths(files, output, ".npz", root) if fmt == "npz" else none
+    groups = relative_names(files, root) if fmt == "h5" else none
+    pngs = output_paths(files, viz, ".png", root) if viz is not None else none
     targets = [[Target(frame_path(n, i) if n else None, frame_path(v, i) if v else None,
                        frame_group(g, i) if g else None)
                 for i in ([None] if count is None else range(1, count + 1))]
@@ -271,22 +245,31 @@ def plan_targets(files: list[Path], counts: list[int | None], fmt: str, output: 
 
 
 def npz_arrays(result: RunResult, kept: tuple[np.ndarray, np.ndarray, np.ndarray] | None, roles: dict[str, dict],
-               geometry: Geometry | None) -> dict[str, np.ndarray]:
+               geometry: Geometry | None, sha: str = "", pixels: bool = False) -> dict[str, np.ndarray]:
     """A frame's .npz: the model's outputs as it returns them, the dense maps (--dense), the
     extracted ``keypoints`` (original pixels), ``scores`` and ``descriptors`` of a raw-heads plan
-    (where no output has the name), and ``image_size``."""
+    (where no output has the name), ``image_size``, and the sha256 of the plan that made it
+    (``spc_plan_sha256``: --skip-existing keeps what this plan made). ``pixels`` (--coords
+    pixels): ``keypoints`` (N, 2), ``scores`` (N,) and ``descriptors`` (N, D) are those of h5 and
+    the API, the valid keypoints in the original image's pixels, in place of the outputs so named."""
     arrays = dict(result.outputs)
     arrays.update(result.dense)
-    if kept is not None and raw_heads(roles) is not None:
+    if kept is not None and (pixels or raw_heads(roles) is not None):
         for name, a in zip(("keypoints", "scores", "descriptors"), kept):
-            arrays.setdefault(name, a)
+            if pixels:
+                arrays[name] = a
+            else:
+                arrays.setdefault(name, a)
     if geometry is not None and "image_size" not in arrays:
         arrays["image_size"] = np.array(geometry.original, np.int64)
+    if sha:
+        arrays[PLAN_KEY] = np.array(sha)
     return arrays
 
 
-def write_results(result: RunResult, frame: Frame, t: Target, h5_path: Path | None, roles: dict[str, dict],
-                  height: int, width: int, extraction: Extraction | None = None) -> int | None:
+def write_results(result: RunResult, frame: Frame, t: Target, store: H5Store | None, roles: dict[str, dict],
+                  height: int, width: int, extraction: Extraction | None = None, sha: str = "",
+                  pixels: bool = False) -> int | None:
     """One frame's .npz, .h5 group and overlay, as ``t`` says; its keypoint count in the image
     (None: the plan has no keypoints). A raw-heads plan's .npz also holds the extracted
     ``keypoints`` (original pixels), ``scores`` and ``descriptors``, where no output has the name."""
@@ -294,11 +277,11 @@ def write_results(result: RunResult, frame: Frame, t: Target, h5_path: Path | No
     kept = in_original(found, frame.geometry) if found is not None else None
     g = frame.geometry
     if t.npz is not None:
-        atomic_write(t.npz, npz_bytes(npz_arrays(result, kept, roles, g)))
+        atomic_write(t.npz, npz_bytes(npz_arrays(result, kept, roles, g, sha, pixels)))
     if t.group is not None:
-        assert h5_path is not None and kept is not None
+        assert store is not None and kept is not None
         arrays, uncertainty = h5_arrays(kept, frame, width, height)
-        write_h5_group(h5_path, t.group, arrays, uncertainty)
+        store.add(t.group, arrays, uncertainty)
     if t.viz is not None:
         assert kept is not None and frame.original is not None
         atomic_write(t.viz, overlay_png(frame.original, kept[0], kept[1], float(g.scale.mean()) if g else 1.0))
@@ -322,7 +305,9 @@ def _results(runner: Runner, stream: Iterator[Frame], batch: int,
 def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | None, dense: bool,
               backend: str, trace: bool = True, *, plan_path: Path | None = None, overwrite: bool = False,
               allow_nonfinite: bool = False, fmt: str = "npz", resize: str = "stretch", as_json: bool = False,
-              prefetch: int = PREFETCH, extraction: Extraction | None = None) -> None:
+              prefetch: int = PREFETCH, extraction: Extraction | None = None, root: Path | None = None,
+              keep_going: bool = False, skip_existing: bool = False, skipped: Skipped | None = None,
+              coords: str = "onnx") -> None:
     """Run the plan on every frame of ``files``: everything that can be checked before the first
     frame is (outputs, every input's header), then the inputs are decoded as the device needs them,
     ``prefetch`` frames ahead (memory does not grow with the number of inputs)."""
@@ -343,6 +328,11 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
     extraction = extraction or Extraction()
     if (why := extraction.check()) is not None:
         raise SpcError(f"the keypoint extraction: {why}")
+    if coords not in ("onnx", "pixels"):
+        raise SpcError(f"--coords {coords!r}: expected onnx or pixels")
+    if coords == "pixels" and not keypoints:
+        raise SpcError("--coords pixels writes keypoints, and this plan's outputs hold none (spc inspect lists its "
+                       "outputs)")
     if fmt == "h5" and dense:
         raise SpcError("--dense saves the device maps into the .npz files: use it with --format npz")
     if fmt == "npz" and output is not None and output.suffix.lower() in H5_SUFFIXES:
@@ -352,78 +342,158 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
         if given.setdefault(os.path.abspath(f), f) is not f:
             raise SpcError(f"{f}: given twice (a folder and a file in it?); give each input once")
 
+    sha = file_sha256(plan_path) if plan_path is not None else str(plan.manifest.get("digest", ""))
     # a video's frame count names its outputs: read it (from ffmpeg's packets) first
-    videos = {i: probe_video(f) for i, f in enumerate(files)
-              if f.suffix.lower() in VIDEO_SUFFIXES and len(shape) == 4}
+    failed: list[tuple[Path, str]] = []  # --keep-going: each input that failed, and why
+    videos: dict[int, Source] = {}
+    for i, f in enumerate(files):
+        if f.suffix.lower() in VIDEO_SUFFIXES and len(shape) == 4:
+            try:
+                videos[i] = probe_video(f)
+            except SpcError as exc:
+                if not keep_going:
+                    raise
+                failed.append((f, failure_reason(exc, f)))
+    bad = {f for f, _ in failed}
     targets, h5_path = plan_targets(files, [videos[i].frames if i in videos else None for i in range(len(files))],
-                                    fmt, output, viz)
-    flat = [t for ts in targets for t in ts]
+                                    fmt, output, viz, root)
     protected = [*files, *([plan_path] if plan_path else [])]
-    # nothing replaces an input (the plan included), another output of this run, or, without
-    # --overwrite, an earlier result (an .h5: a group already in it)
-    check_outputs([*(t.npz for t in flat if t.npz), *(t.viz for t in flat if t.viz)], protected, overwrite)
     if h5_path is not None:
-        check_h5(h5_path, [t.group for t in flat if t.group], protected, overwrite)
-    # every input checked from its header before anything is decoded or written
-    sources = [videos[i] if i in videos else probe(f, shape, allow_nonfinite) for i, f in enumerate(files)]
-    note = _aspect_note(sources, height, width, resize) if len(shape) == 4 else None  # said once, at its frame
-    where = {id(s): ts for s, ts in zip(sources, targets)}
-    stream = prefetched(frames(sources, shape, resize, keep_original=viz is not None,
-                               allow_nonfinite=allow_nonfinite), prefetch)
-    tally = {"frames": 0, "keypoints": 0, "resized": 0, "aspect_changed": 0}
-    heads_note = (f"keypoints by {STANDARD}: {extraction.describe()} (--threshold, --nms-radius, --border, "
-                  "--max-keypoints)" if raw_heads(roles) is not None and not as_json else None)
+        check_h5(h5_path, protected)
+    store = H5Store(h5_path, sha) if h5_path is not None else None  # a killed run's journal merged first
     try:
-        with Runner(plan, backend, trace) as runner, _progress(len(flat)) as bar:
-            task = bar.add_task("running", total=len(flat))
-            start = time.perf_counter()
-            for frame, result, dense_read in _results(runner, stream, batch, dense):
-                t = where[id(frame.source)][(frame.index or 1) - 1]
-                if heads_note:
-                    console.note(heads_note)
-                    heads_note = None
-                count = write_results(result, frame, t, h5_path, roles, height, width, extraction)
-                g = frame.geometry
-                if note and g is not None and g.aspect_changed:  # with the first result it concerns
-                    console.note(note)
-                    note = None
-                bar.advance(task)
-                tally["frames"] += 1
-                tally["keypoints"] += count or 0
-                tally["resized"] += bool(g is not None and g.resized)
-                tally["aspect_changed"] += bool(g is not None and g.aspect_changed)
-                if as_json:
-                    print(json.dumps({"input": str(frame.source.path), "frame": frame.index,
-                                      "output": str(t.npz or h5_path), "group": t.group,
-                                      "viz": str(t.viz) if t.viz else None, "keypoints": count,
-                                      "image_size": list(g.original) if g is not None else None,
-                                      "resized": bool(g is not None and g.resized),
-                                      "aspect_changed": bool(g is not None and g.aspect_changed),
-                                      "read_densely": dense_read}), flush=True)
-                else:
-                    label = str(frame.source.path) + (f" frame {frame.index}" if frame.index is not None else "")
-                    what = f"{count} keypoints" if count is not None else summary(result, roles, height, width)
-                    extra = " (more than the compact read-back holds: read densely)" if dense_read else ""
-                    dest = str(t.npz) if t.npz is not None else f"{h5_path}:{t.group}"
-                    console.info(f"{label}: {what}{extra} -> {dest}" + (f", {t.viz}" if t.viz else ""))
-    except SpcError as exc:
-        if tally["frames"]:
-            raise SpcError(f"{exc} (stopped after {tally['frames']} of {len(flat)} frame(s); their results "
-                           "are kept)") from None
-        raise
+        there = store.groups() if store is not None else {}
+        # --skip-existing: an input whose every result this plan made is left as it is
+        done = {i for i, ts in enumerate(targets) if skip_existing and ts and all(_made(t, sha, there) for t in ts)}
+        live = [i for i in range(len(files)) if i not in done and files[i] not in bad]
+        flat = [t for i in live for t in targets[i]]
+        # nothing replaces an input (the plan included), another output of this run, or, without
+        # --overwrite, an earlier result (an .h5: a group already in it)
+        check_outputs([*(t.npz for t in flat if t.npz), *(t.viz for t in flat if t.viz)], protected, overwrite)
+        taken = [t.group for t in flat if t.group in there]
+        if taken and not overwrite:
+            more = f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""
+            made = " (made by another plan)" if skip_existing else ""
+            raise SpcError(f"{h5_path}: already holds {taken[0]}{more}{made}; pass --overwrite to replace them, "
+                           f"{'' if skip_existing else '--skip-existing to keep what this plan made, '}"
+                           "or choose another -o")
+        # every input checked from its header before anything is decoded or written
+        sources: list[Source] = []
+        where: dict[int, list[Target]] = {}
+        for i in live:
+            try:
+                sources.append(videos[i] if i in videos else probe(files[i], shape, allow_nonfinite))
+            except SpcError as exc:
+                if not keep_going:
+                    raise
+                failed.append((files[i], failure_reason(exc, files[i])))
+                continue
+            where[id(sources[-1])] = targets[i]
+        note = _aspect_note(sources, height, width, resize) if len(shape) == 4 else None  # said once, at its frame
+        flat = [t for s in sources for t in where[id(s)]]
+
+        def undecodable(source: Source, exc: SpcError) -> None:  # --keep-going: on the decoding thread
+            failed.append((source.path, failure_reason(exc, source.path)))
+
+        stream = prefetched(frames(sources, shape, resize, keep_original=viz is not None,
+                                   allow_nonfinite=allow_nonfinite, on_error=undecodable if keep_going else None),
+                            prefetch)
+        tally = {"frames": 0, "keypoints": 0, "resized": 0, "aspect_changed": 0}
+        heads_note = (f"keypoints by {STANDARD}: {extraction.describe()} (--threshold, --nms-radius, --border, "
+                      "--max-keypoints)" if raw_heads(roles) is not None and not as_json else None)
+        start = time.perf_counter()
+        try:
+            with Runner(plan, backend, trace) as runner, _progress(len(flat)) as bar:
+                task = bar.add_task("running", total=len(flat))
+                start = time.perf_counter()
+                for frame, result, dense_read in _results(runner, stream, batch, dense):
+                    t = where[id(frame.source)][(frame.index or 1) - 1]
+                    if heads_note:
+                        console.note(heads_note)
+                        heads_note = None
+                    count = write_results(result, frame, t, store, roles, height, width, extraction, sha,
+                                          coords == "pixels")
+                    g = frame.geometry
+                    if note and g is not None and g.aspect_changed:  # with the first result it concerns
+                        console.note(note)
+                        note = None
+                    bar.advance(task)
+                    tally["frames"] += 1
+                    tally["keypoints"] += count or 0
+                    tally["resized"] += bool(g is not None and g.resized)
+                    tally["aspect_changed"] += bool(g is not None and g.aspect_changed)
+                    if as_json:
+                        print(json.dumps({"input": str(frame.source.path), "frame": frame.index,
+                                          "output": str(t.npz or h5_path), "group": t.group,
+                                          "viz": str(t.viz) if t.viz else None, "keypoints": count,
+                                          "image_size": list(g.original) if g is not None else None,
+                                          "resized": bool(g is not None and g.resized),
+                                          "aspect_changed": bool(g is not None and g.aspect_changed),
+                                          "read_densely": dense_read}), flush=True)
+                    else:
+                        label = str(frame.source.path) + (f" frame {frame.index}" if frame.index is not None else "")
+                        what = f"{count} keypoints" if count is not None else summary(result, roles, height, width)
+                        extra = " (more than the compact read-back holds: read densely)" if dense_read else ""
+                        dest = str(t.npz) if t.npz is not None else f"{h5_path}:{t.group}"
+                        console.info(f"{label}: {what}{extra} -> {dest}" + (f", {t.viz}" if t.viz else ""))
+        except SpcError as exc:
+            if tally["frames"]:
+                raise SpcError(f"{exc} (stopped after {tally['frames']} of {len(flat)} frame(s); their results "
+                               "are kept; rerun with --skip-existing to go on)") from None
+            raise
+        finally:
+            stream.close()
     finally:
-        stream.close()
+        if store is not None:
+            store.close()  # the journal merged into the .h5: whatever ended the run
     seconds = time.perf_counter() - start  # from the first frame: the device's set-up is not counted
+    kept = len(done)
     done = tally["frames"]
     rate = done / seconds if seconds > 0 else 0.0
     if as_json:
         print(json.dumps({"summary": {"inputs": len(files), **tally, "seconds": round(seconds, 3),
                                       "frames_per_second": round(rate, 3), "format": fmt, "resize": resize,
-                                      "output": str(h5_path) if h5_path else None}}))
-    elif done > 1:
+                                      "output": str(h5_path) if h5_path else None, "kept": kept,
+                                      "skipped": str(skipped) if skipped else None,
+                                      "failed": [{"input": str(f), "reason": why} for f, why in failed]}}))
+    elif done > 1 or kept or failed:
         kp = f", {tally['keypoints']} keypoints" if keypoints else ""
         size = (f"; {tally['resized']} resized ({tally['aspect_changed']} with a change of aspect ratio)"
                 if tally["resized"] else "")
         into = f" -> {h5_path}" if h5_path else ""
+        left = f"; {kept} input(s) kept, this plan made their results already (--skip-existing)" if kept else ""
         console.info(f"done: {done} frames from {len(files)} input(s) in {seconds:.1f} s ({rate:.2f} frames/s)"
-                     f"{kp}{size}{into}")
+                     f"{kp}{size}{into}{left}")
+    if skipped and not as_json:
+        console.note(f"the folders' {skipped}")
+    for f, why in failed:
+        console.note(f"{f}: {why} (skipped: --keep-going)")
+    if failed:
+        raise SpcError(f"{len(failed)} of {len(files)} input(s) failed and were skipped (listed above); the others' "
+                       "results are written")
+
+
+def _made(t: Target, sha: str, groups: dict[str, str]) -> bool:
+    """Whether this plan made every result of target ``t`` (--skip-existing)."""
+    if t.npz is not None and not done_for(t.npz, sha):
+        return False
+    if t.group is not None and groups.get(t.group) != sha:
+        return False
+    return t.viz is None or t.viz.is_file()
+
+
+def done_for(npz: Path, sha: str) -> bool:
+    """``npz`` exists and was made by the plan whose sha256 is ``sha``."""
+    try:
+        with np.load(npz, allow_pickle=False) as got:
+            return PLAN_KEY in got.files and str(got[PLAN_KEY]) == sha
+    except Exception:  # missing, unreadable, not an npz: to be made
+        return False
+
+
+def failure_reason(exc: BaseException, path: Path) -> str:
+    """An input's failure in a line, without its path (the report names it)."""
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else ""
+    line = line.removeprefix(f"{path}: ")
+    return line if isinstance(exc, SpcError) else f"{type(exc).__name__}: {line}"

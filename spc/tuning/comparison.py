@@ -59,15 +59,27 @@ class ImageReport(Struct):
 
 
 def find_source(plan: Plan, plan_path: Path, onnx: Path | None) -> Path:
+    """The ONNX the plan was compiled from: ``onnx`` if given, else beside the plan, in the current
+    folder, or where it was compiled from (the manifest's absolute path), whichever holds a file
+    with the manifest's sha256."""
     src = plan.manifest.get("source", {})
-    candidates = [onnx] if onnx else [plan_path.parent / src.get("file", ""), Path(src.get("file", ""))]
+    if onnx:
+        candidates: list[Path] = [onnx]
+    else:
+        candidates = [plan_path.parent / src.get("file", ""), Path(src.get("file", ""))]
+        if src.get("path"):
+            candidates.append(Path(src["path"]))
+    wrong = None
     for c in candidates:
-        if c is not None and c.is_file():
-            if hashlib.sha256(c.read_bytes()).hexdigest() != src.get("sha256"):
-                raise SpcError(f"{c}: not the ONNX this plan was compiled from (sha256 differs); "
-                               "pass the right one with --onnx or recompile")
-            return c
-    raise SpcError(f"cannot find the source ONNX {src.get('file')!r} next to the plan; pass it with --onnx")
+        if c.is_file():
+            if hashlib.sha256(c.read_bytes()).hexdigest() == src.get("sha256"):
+                return c
+            wrong = wrong or c
+    if onnx or wrong is not None:
+        raise SpcError(f"{onnx or wrong}: not the ONNX this plan was compiled from (sha256 differs); "
+                       "pass the right one with --onnx or recompile")
+    where = f" next to the plan or at {src['path']}" if src.get("path") else " next to the plan"
+    raise SpcError(f"cannot find the source ONNX {src.get('file')!r}{where}; pass it with --onnx")
 
 
 class OrtReference:

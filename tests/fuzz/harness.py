@@ -479,7 +479,7 @@ def npz_consistent(npz: Path, plan: Path, dense: bool = False) -> str | None:
     with np.load(npz, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     want = {o.name for o in program.outputs} | (set(program.probes) if dense else set())
-    extra = set(arrays) - want - {"image_size"}  # an image's size before resizing rides along
+    extra = set(arrays) - want - {"image_size", "spc_plan_sha256"}  # the size before resizing, the plan that made it
     if want - set(arrays) or extra:
         return f"{npz.name} holds {sorted(arrays)[:6]}, not the plan's outputs {sorted(want)[:6]}"
     for o in program.outputs:
