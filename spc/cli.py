@@ -115,6 +115,22 @@ def _command(short_help: str, examples: list[str], name: str | None = None) -> C
 _JSON = click.option("--json", "as_json", is_flag=True, help="print the result as JSON (stdout)")
 
 
+def _json_text(obj: Any, indent: int | None = None) -> str:
+    """``--json``'s text: JSON itself, a NaN or infinity (a PCC of a constant map) as null."""
+    import math
+
+    def clean(x: Any) -> Any:
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+
+    return json.dumps(clean(obj), indent=indent, allow_nan=False)
+
+
 @_command("HF SuperPoint -> ONNX (post-processing included).",
           ["spc export -o superpoint.onnx", "spc export -o sp240.onnx --height 240 --width 320",
            "spc export -o mine.onnx --weights superpoint_v1.pth --max-keypoints 1024",
@@ -146,7 +162,7 @@ def export(output: Path, height: int, width: int, channels: int, batch: int, wei
         import onnx
 
         meta = {p.key: p.value for p in onnx.load(str(output), load_external_data=False).metadata_props}
-        click.echo(json.dumps({"output": str(output), "input_shape": [batch, channels, height, width], "opset": 18,
+        click.echo(_json_text({"output": str(output), "input_shape": [batch, channels, height, width], "opset": 18,
                                "metadata": meta}, indent=1, sort_keys=True))
     else:
         console.info(f"wrote {output} ({height}x{width}x{channels}{f', batch {batch}' if batch > 1 else ''}, opset 18)")
@@ -310,7 +326,7 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
     if dump_dir is not None:
         lines.append(f"dumps in {dump_dir}/ (summary.txt)")
     if as_json:
-        click.echo(json.dumps(report, indent=1))
+        click.echo(_json_text(report, indent=1))
         return
     for note in result.notes:
         console.note(note)
@@ -412,6 +428,9 @@ def _run_target(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _read_plan(path: Path, target: str | None) -> Any:
     from spc.plan.io import read_plan
 
+    if path.suffix.lower() == ".onnx" and path.is_file():
+        raise SpcError(f"{path}: an ONNX model, not a plan; compile it first: spc compile {path} -o "
+                       f"{path.with_suffix('.ttplan').name}")
     return read_plan(path, target or DEFAULT_TARGET)
 
 
@@ -546,7 +565,7 @@ def bench(plan: Path, inputs: tuple[Path, ...], backend: str, frames: int, no_tr
     if as_json:
         from spc.records import asdict
 
-        click.echo(json.dumps(asdict(report), indent=1))
+        click.echo(_json_text(asdict(report), indent=1))
     else:
         print_bench(report)
 
@@ -595,7 +614,7 @@ def check(plan: Path, inputs: tuple[Path, ...], onnx_path: Path | None, referenc
             raise SpcError("--min-f1 is a bar for the end-to-end check; --per-layer compares tensors (--min-pcc)")
         layers = per_layer_files(loaded, plan, files, onnx_path, min_pcc, allow_nonfinite=allow_nonfinite)
         if as_json:
-            click.echo(json.dumps([r.as_dict() for r in layers], indent=1))
+            click.echo(_json_text([r.as_dict() for r in layers], indent=1))
         else:
             for r in layers:
                 print_per_layer(r)
@@ -608,7 +627,7 @@ def check(plan: Path, inputs: tuple[Path, ...], onnx_path: Path | None, referenc
     reports = check_files(loaded, plan, files, onnx_path, backend, allow_nonfinite=allow_nonfinite,
                           reference=reference)
     if as_json:
-        click.echo(json.dumps([r.as_dict() for r in reports], indent=1))
+        click.echo(_json_text([r.as_dict() for r in reports], indent=1))
     else:
         print_reports(reports)
     # a measure the model has no outputs for (F1 of a model without keypoints) is not a failure
@@ -647,14 +666,14 @@ def inspect(path: Path, as_json: bool) -> None:
         from spc.tools.inspect_onnx import model_report, report_lines
 
         model = model_report(path)
-        click.echo(json.dumps(model.as_dict(), indent=1) if as_json else "\n".join(report_lines(model)))
+        click.echo(_json_text(model.as_dict(), indent=1) if as_json else "\n".join(report_lines(model)))
         return
     from spc.plan.io import read_plan
     from spc.tools.inspect import plan_report, print_report
 
     report = plan_report(read_plan(path), str(path))
     if as_json:
-        click.echo(json.dumps(report.as_dict(), indent=1))
+        click.echo(_json_text(report.as_dict(), indent=1))
     else:
         print_report(report)
 
@@ -688,7 +707,7 @@ def report(plan: Path, input_path: Path | None, output: Path, onnx_path: Path | 
     data = write_report(_read_plan(plan, target), plan, output, input_path, onnx_path, allow_nonfinite, min_pcc)
     kp = data.input.keypoints if data.input is not None else None
     if as_json:
-        click.echo(json.dumps({"output": str(output), "input": str(input_path) if input_path else None,
+        click.echo(_json_text({"output": str(output), "input": str(input_path) if input_path else None,
                                "keypoints": kp, "per_layer": bool(data.input and data.input.per_layer)}))
     else:
         from spc import console
@@ -714,7 +733,7 @@ def emit_py(plan: Path, output: Path, overwrite: bool, target: str | None, as_js
     check_outputs([output], [plan], overwrite)
     atomic_write(output, emit(_read_plan(plan, target)).encode())
     if as_json:
-        click.echo(json.dumps({"output": str(output)}))
+        click.echo(_json_text({"output": str(output)}))
     else:
         from spc import console
 
@@ -740,7 +759,7 @@ def bisect(safe: Path, fast: Path, inputs: tuple[Path, ...], onnx_path: Path | N
     result = run_bisect(read_plan(safe), safe, read_plan(fast), files, onnx_path,
                         log=(lambda line: None) if as_json else console.note)
     if as_json:
-        click.echo(json.dumps({"message": result.message, "culprits": [asdict(d) for d in result.culprits],
+        click.echo(_json_text({"message": result.message, "culprits": [asdict(d) for d in result.culprits],
                                "differences": [asdict(d) for d in result.differences],
                                "safe": asdict(result.safe), "fast": asdict(result.fast)}, indent=1))
         return

@@ -50,8 +50,12 @@ def print_reports(reports: list[ImageReport]) -> None:
 
     via = {r.keypoints_from for r in reports if r.keypoints_from}
     how = " from the logits by SuperPoint's standard extraction" if via == {STANDARD} else ""
-    table = Table(title=f"spc plan vs onnxruntime (top-500 keypoints{how}, 2 px)")
-    for col in ("input", "score PCC", "desc PCC", "precision", "recall", "F1", "desc cos", "kp ours/ref"):
+    # a model without keypoints (nor raw heads) gets no keypoint columns, not a row of "-"
+    title = f"spc plan vs onnxruntime (top-500 keypoints{how}, 2 px)" if via else "spc plan vs onnxruntime"
+    table = Table(title=title)
+    keypoint_cols = ["precision", "recall", "F1", "desc cos", "kp ours/ref"] if via else []
+    cols = ["input", "score PCC", "desc PCC", *keypoint_cols]
+    for col in cols:
         table.add_column(col, justify="left" if col == "input" else "right")
     others = sorted({name for r in reports for name in r.outputs})
     for name in others:
@@ -59,8 +63,8 @@ def print_reports(reports: list[ImageReport]) -> None:
     for r in reports:
         kp = f"{r.keypoints}/{r.ref_keypoints}" if r.keypoints_from else "-"
         cells = [f"{_f(r.outputs[n][0], 5)} / {_f(r.outputs[n][1], 3)}" if n in r.outputs else "-" for n in others]
-        table.add_row(r.input, _f(r.score_pcc, 5), _f(r.descriptor_pcc, 5), _f(r.precision, 4), _f(r.recall, 4),
-                      _f(r.f1, 4), _f(r.descriptor_cosine, 5), kp, *cells)
+        keypoint_cells = [_f(r.precision, 4), _f(r.recall, 4), _f(r.f1, 4), _f(r.descriptor_cosine, 5), kp]
+        table.add_row(r.input, _f(r.score_pcc, 5), _f(r.descriptor_pcc, 5), *(keypoint_cells if via else []), *cells)
     # rich assumes 80 columns off a terminal, which would truncate the input names
     console = Console()
     console.width = max(console.width, 112)

@@ -401,22 +401,42 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
         tally = {"frames": 0, "keypoints": 0, "resized": 0, "aspect_changed": 0}
         heads_note = (f"keypoints by {STANDARD}: {extraction.describe()} (--threshold, --nms-radius, --border, "
                       "--max-keypoints)" if raw_heads(roles) is not None and not as_json else None)
+        if backend == "ttnn-mock" and not as_json:  # said with the first result, like the notes above
+            heads_note = ("the mock p150 validates every call and allocates its memory but computes no values "
+                          "(zeros): the outputs and keypoint counts below mean nothing; --backend emu computes "
+                          "them" + (f"; {heads_note}" if heads_note else ""))
+        small = None  # an image upscaled more than 2x: said once
         start = time.perf_counter()
         try:
             with Runner(plan, backend, trace) as runner, _progress(len(flat)) as bar:
+                console.detail(f"plan {plan_path or '(in memory)'} (sha256 {sha[:12]}), backend {backend}, input "
+                               f"{shape}, {batch} frame(s) a run, {len(flat)} frame(s) to run"
+                               + (f", {len(done)} input(s) kept" if done else ""))
                 task = bar.add_task("running", total=len(flat))
-                start = time.perf_counter()
+                start = last = time.perf_counter()
                 for frame, result, dense_read in _results(runner, stream, batch, dense):
+                    got_at = time.perf_counter()
                     t = where[id(frame.source)][(frame.index or 1) - 1]
                     if heads_note:
                         console.note(heads_note)
                         heads_note = None
                     count = write_results(result, frame, t, store, roles, height, width, extraction, sha,
                                           coords == "pixels")
+                    size = f"{frame.geometry.original[0]}x{frame.geometry.original[1]}, " if frame.geometry else ""
+                    console.detail(f"{frame.source.path}{'' if frame.index is None else f' frame {frame.index}'}: "
+                                   f"{size}decoded and run in {1000 * (got_at - last):.1f} ms, written in "
+                                   f"{1000 * (time.perf_counter() - got_at):.1f} ms")
+                    last = time.perf_counter()
                     g = frame.geometry
                     if note and g is not None and g.aspect_changed:  # with the first result it concerns
                         console.note(note)
                         note = None
+                    if small is None and g is not None and float(np.max(g.scale)) < 0.5 and not as_json:
+                        small = frame.source.path
+                        w0, h0 = g.original
+                        console.note(f"{small}: {w0}x{h0} upscaled {1 / float(np.max(g.scale)):.0f}x to the plan's "
+                                     f"{width}x{height}; an upscaled image gives few keypoints: give larger images, "
+                                     "or compile the model at their size (--input-shape)")
                     bar.advance(task)
                     tally["frames"] += 1
                     tally["keypoints"] += count or 0
