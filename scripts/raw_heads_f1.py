@@ -46,8 +46,37 @@ def main() -> int:
             a = keypoint_agreement(got.keypoints, got.scores, got.descriptors, *standard_keypoints(semi, desc, 8))
             f1s.append(a.f1)
             print(f"{f.name}: {len(got.keypoints)} keypoints, F1 {a.f1:.3f}, cosine {a.descriptor_cosine:.4f}")
-    print(f"{args.export}: F1 median {statistics.median(f1s):.3f} (min {min(f1s):.3f})")
-    return 0 if statistics.median(f1s) >= 0.97 else 1
+    print(f"{args.export}, Model.run: F1 median {statistics.median(f1s):.3f} (min {min(f1s):.3f})")
+    # the same images through `spc run --format h5 --viz`: .npy inputs of the plan's shape, so the
+    # h5's keypoints are in the plan's pixels, as the reference's
+    import subprocess
+
+    import h5py
+    import numpy as np
+
+    plan = args.work / f"{args.export}_raw.ttplan"
+    subprocess.run([sys.executable, "-m", "spc.cli", "compile", str(src), "-o", str(plan), "--overwrite"],
+                   check=True, capture_output=True)
+    arrays = args.work / "raw_heads_inputs"
+    arrays.mkdir(exist_ok=True)
+    refs = {}
+    for f in evaluation_images(args.work, IMAGES):
+        x = load_input(f, shape)
+        np.save(arrays / f"{f.stem}.npy", x)
+        refs[f"{f.stem}.npy"] = standard_keypoints(*sess.run(None, {sess.get_inputs()[0].name: x}), 8)
+    h5 = args.work / "raw_heads.h5"
+    h5.unlink(missing_ok=True)
+    subprocess.run([sys.executable, "-m", "spc.cli", "run", str(plan), str(arrays), "--format", "h5", "-o", str(h5),
+                    "--viz", str(args.work / "raw_heads_viz"), "--overwrite"], check=True, capture_output=True)
+    h5_f1 = []
+    with h5py.File(h5, "r") as fd:
+        for name, want in refs.items():
+            g = fd[name]
+            h5_f1.append(keypoint_agreement(g["keypoints"][()], g["scores"][()], g["descriptors"][()].T, *want).f1)
+    overlays = len(list((args.work / "raw_heads_viz").glob("*.png")))
+    print(f"{args.export}, spc run --format h5: F1 median {statistics.median(h5_f1):.3f} (min {min(h5_f1):.3f}); "
+          f"{overlays} overlays")
+    return 0 if min(statistics.median(f1s), statistics.median(h5_f1)) >= 0.97 and overlays == len(refs) else 1
 
 
 if __name__ == "__main__":
