@@ -1,4 +1,4 @@
-"""Accuracy of compiled plans against onnxruntime, as markdown tables for the README.
+"""Accuracy of compiled plans against onnxruntime, as markdown tables for docs/results.md.
 
     .venv/bin/python scripts/accuracy.py                       # 480x640, six natural images
     .venv/bin/python scripts/accuracy.py --size 240x320 --size 720x1280 --single-pass

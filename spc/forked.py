@@ -69,14 +69,22 @@ class Forked:
         os.close(w)
         return cls(pid, r, memfd)
 
-    def result(self) -> Any:
+    def result(self, timeout: float | None = None) -> Any:
         """What ``fn`` returned, its arrays mapped from the memfd (writable, copy on write); what it
-        raised, raised here. Whatever interrupts the wait (Ctrl-C) ends the child too."""
+        raised, raised here; :class:`ChildFailed` when the child gives nothing within ``timeout``
+        seconds (it is ended). Whatever interrupts the wait (Ctrl-C) ends the child too."""
         assert not self.done, "a forked call's result is taken once"
+        import select
+
         try:
+            if timeout is not None and not select.select([self.pipe], [], [], timeout)[0]:
+                self.cancel()
+                raise ChildFailed(f"the forked child gave no result within {timeout:g} s")
             head = _read_exactly(self.pipe, 8)
             data = _read_exactly(self.pipe, min(int.from_bytes(head, "little"), _CAP)) if head else b""
             _, status = os.waitpid(self.pid, 0)
+        except ChildFailed:
+            raise
         except BaseException:
             self.cancel()
             raise

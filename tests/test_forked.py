@@ -58,6 +58,11 @@ def test_a_forked_call_hands_back_arrays_and_raises_what_the_child_raised(tmp_pa
                 raise AssertionError("no failure")
 
         import time
+        hung = Forked.start(lambda: time.sleep(60))
+        try:
+            hung.result(timeout=0.2)
+        except ChildFailed as exc:
+            print("failed:", exc)
         slow = Forked.start(lambda: time.sleep(60))
         slow.cancel()
         try:
@@ -70,7 +75,8 @@ def test_a_forked_call_hands_back_arrays_and_raises_what_the_child_raised(tmp_pa
         t.join()
         print("fds", len(os.listdir("/proc/self/fd")))
     """, tmp_path)
-    assert out.count("failed:") == 3 and "Unpicklable: 1 2" in out and "status 3" in out, out
+    assert out.count("failed:") == 4 and "Unpicklable: 1 2" in out and "status 3" in out, out
+    assert "no result within 0.2 s" in out, out
     assert "reaped" in out
 
 

@@ -50,6 +50,7 @@ from spc.ttnn.configs import Activation
 from spc.ttnn.layout import DeviceLayout
 from spc.ttnn.semantics import MEANINGS
 
+CHILD_TIMEOUT_S = 600.0  # the source side's child: a hung one is ended and its work done here
 RTOL, ATOL = 1e-3, 1e-4  # on values scaled to their largest magnitude: summation order, not translation
 DISCRETE_SLACK = 0.01  # masks, indices, keypoints: the share of elements that may differ (near-ties)
 
@@ -316,8 +317,8 @@ class Pending(Struct):
         windows = check_windows(self.g, self.program, self.tensors, self.source)
         child, self.child = self.child, None
         try:
-            srcs, self.along = child.result() if child is not None else (self.source_side(), None)
-        except ChildFailed:  # the child died (out of memory, killed): the source side here
+            srcs, self.along = child.result(CHILD_TIMEOUT_S) if child is not None else (self.source_side(), None)
+        except ChildFailed:  # the child died (out of memory, killed) or hangs: the source side here
             srcs = self.source_side()
         program, g, dev, host, verdict = self.program, self.g, self.dev, self.host, self.state
         src = srcs[0]
