@@ -273,23 +273,24 @@ def _members_and_verdict(src: Path, out: Path, snap: Source | None, g: Graph, pr
                          tensors: dict[str, np.ndarray], pipeline: list[Pass],
                          records: list[PassRecord]) -> tuple[dict[str, bytes], Verdict | None]:
     """The plan's members (after the checks every reader applies) and, with ``snap``, the
-    validation's verdict: three processes where forking is safe (spc/forked.py),
-    the members made in one child while this one runs the device side of the validation and
-    another its source side. A departure is raised first: dropping the fusion that made it may
-    also mend what the checks refused."""
+    validation's verdict: where forking is safe (spc/forked.py) the validation's child runs the
+    source side and then makes the members, while this process runs the device side. A departure
+    is raised first: dropping the fusion that made it may also mend what the checks refused."""
 
-    def prepare() -> dict[str, bytes]:
+    def prepare() -> dict[str, Any]:
         program_json = _check_plan(src, program, tensors)
-        return plan_members(out, program, tensors, print_graph(g), program_json)
+        # as arrays: from the child they come through its memfd, not pickled into the pipe
+        return {k: np.frombuffer(v, np.uint8) for k, v in
+                plan_members(out, program, tensors, print_graph(g), program_json).items()}
 
     if snap is None:
-        return prepare(), None
+        return {k: v.tobytes() for k, v in prepare().items()}, None
     from spc.validation.translation import start
 
     approximated = [v for r in records for v in r.stats.get("approximated", [])]
     pending = start(snap, g, program, tensors, approximated, alongside=prepare)
     verdict = _judge(src, pending.verdict(), g, pipeline)
-    members = pending.alongside_result()
+    members = {k: v.tobytes() for k, v in pending.alongside_result().items()}
     return members, verdict
 
 

@@ -77,13 +77,24 @@ class Forked:
         import select
 
         try:
-            if timeout is not None and not select.select([self.pipe], [], [], timeout)[0]:
-                self.cancel()
-                raise ChildFailed(f"the forked child gave no result within {timeout:g} s")
+            if timeout is not None:
+                poll = select.poll()  # not select(): it refuses descriptors >= 1024
+                poll.register(self.pipe, select.POLLIN | select.POLLHUP)
+                if not poll.poll(timeout * 1000):
+                    raise ChildFailed(f"the forked child gave no result within {timeout:g} s")
             head = _read_exactly(self.pipe, 8)
-            data = _read_exactly(self.pipe, min(int.from_bytes(head, "little"), _CAP)) if head else b""
-            _, status = os.waitpid(self.pid, 0)
+            n = int.from_bytes(head, "little") if len(head) == 8 else 0
+            if n > _CAP:  # the child would wait on a full pipe for a reader that stopped
+                raise ChildFailed(f"the forked child's result is {n} bytes, more than {_CAP}")
+            data = _read_exactly(self.pipe, n) if n else b""
+            if len(data) != n:
+                raise ChildFailed("the forked child's result was cut short")
+            try:
+                _, status = os.waitpid(self.pid, 0)
+            except ChildProcessError:  # reaped by someone else (SIGCHLD ignored): its stream decides
+                status = 0
         except ChildFailed:
+            self.cancel()
             raise
         except BaseException:
             self.cancel()
@@ -93,9 +104,14 @@ class Forked:
         try:
             if not data or os.waitstatus_to_exitcode(status) != 0:
                 raise ChildFailed(f"the forked child ended with status {os.waitstatus_to_exitcode(status)}")
-            ok, sizes, stream = pickle.loads(data)
+            try:
+                ok, sizes, stream = pickle.loads(data)
+            except Exception as exc:
+                raise ChildFailed(f"the forked child's stream does not unpickle ({exc})") from None
             buffers = []
-            if sum(sizes):
+            if sizes and not sum(sizes):  # empty arrays still travel out of band
+                buffers = [memoryview(b"")] * len(sizes)
+            elif sum(sizes):
                 mm = mmap.mmap(self.memfd, sum(sizes), access=mmap.ACCESS_COPY)
                 view, at = memoryview(mm), 0
                 for n in sizes:
@@ -128,8 +144,8 @@ class Forked:
 def _child(fn: Callable[[], Any], w: int, memfd: int) -> int:
     try:
         outcome: tuple[bool, Any] = (True, fn())
-    except BaseException as exc:  # handed to the parent, which raises it
-        outcome = (False, exc)
+    except Exception as exc:  # handed to the parent, which raises it
+        outcome = (False, exc)  # (a signal's KeyboardInterrupt, SystemExit: the child ends, ChildFailed there)
     buffers: list[pickle.PickleBuffer] = []
     try:
         stream = pickle.dumps(outcome[1], protocol=5, buffer_callback=buffers.append)

@@ -34,6 +34,7 @@ def test_a_forked_call_hands_back_arrays_and_raises_what_the_child_raised(tmp_pa
         assert np.array_equal(got["a"], big * 2) and got["a"].flags.writeable
         got["a"][0] = 5  # copy on write: the parent's own
         assert got["b"] == [7, "text"] and got["c"].shape == (0, 3)
+        assert Forked.start(lambda: np.zeros((0, 4), np.float32)).result().shape == (0, 4)  # only empty arrays
 
         def refuse():
             raise SpcError("model.onnx: node n1 is wrong; re-export it")

@@ -298,3 +298,15 @@ def test_h5_groups_are_merged_whole_and_record_their_plan(tmp_path: Path) -> Non
     with h5py.File(h5, "r") as fd:
         assert fd["a/x.png/scores"][0] == 7
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith("spc-lock")) == ["f.h5"]
+    # the file keeps its mode; through a symlink it is the same file, with the same lock
+    os.chmod(h5, 0o640)
+    link = tmp_path / "link"
+    link.mkdir()
+    (link / "f.h5").symlink_to(h5)
+    with H5Store(link / "f.h5", "sha-3") as store:
+        store.add("c/z.png", group, 2.0)
+        with pytest.raises(SpcError, match="another spc run is writing this file"):
+            H5Store(h5, "sha-3")
+    assert (link / "f.h5").is_symlink() and (h5.stat().st_mode & 0o777) == 0o640
+    with h5py.File(h5, "r") as fd:
+        assert sorted(fd) == ["a", "b", "c"]

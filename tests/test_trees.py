@@ -68,3 +68,23 @@ def test_a_killed_h5_run_resumes_to_the_same_file(small_plan: Path, tmp_path: Pa
         for d in want[g]:
             np.testing.assert_array_equal(got[g][d], want[g][d], err_msg=f"{g}/{d}")
     assert not (tmp_path / ".out.h5.spc-journal").exists()
+
+
+def test_skip_existing_resumes_a_video_stopped_partway(small_plan: Path, images: dict[str, Path],
+                                                       tmp_path: Path) -> None:
+    import imageio.v3 as iio
+    from PIL import Image
+
+    rgb = np.asarray(Image.open(images["astronaut"]).convert("RGB").resize((160, 120)))
+    clip = tmp_path / "v.mp4"
+    iio.imwrite(clip, np.stack([rgb, rgb[:, ::-1], rgb[::-1], rgb[::-1, ::-1]]), plugin="FFMPEG", fps=4)
+    out = tmp_path / "out"
+    assert spc("run", small_plan, clip, "-o", out)[0] == 0
+    frames = sorted(out.glob("v.mp4.frame_*.npz"))
+    assert len(frames) == 4
+    kept = {p: p.stat().st_mtime_ns for p in frames[:2]}
+    for p in frames[2:]:
+        p.unlink()  # as a stop after frame 2 leaves it
+    code, _, err = spc("run", small_plan, clip, "-o", out, "--skip-existing")
+    assert code == 0, err
+    assert sorted(out.glob("v.mp4.frame_*.npz")) == frames and {p: p.stat().st_mtime_ns for p in kept} == kept

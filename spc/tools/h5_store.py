@@ -21,6 +21,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from types import TracebackType
 
@@ -50,7 +51,10 @@ class H5Store:
     """A features.h5 being written by this run (a context manager: the journal merged at exit)."""
 
     def __init__(self, path: Path, plan_sha: str) -> None:
-        self.path, self.plan_sha = path, plan_sha
+        # the file itself, not a symlink to it: one lock and one journal per file, and the rename
+        # replaces the file, not the link
+        self.path, self.plan_sha = Path(os.path.realpath(path)), plan_sha
+        path = self.path
         self.journal = _side(path, "journal")
         self._lock_fd: int | None = None
         self._count = 0
@@ -108,7 +112,8 @@ class H5Store:
         np.savez(buf, **arrays, __group__=np.array(name), __uncertainty__=np.float32(uncertainty),
                  __plan__=np.array(self.plan_sha))
         self._count += 1
-        atomic_write(self.journal / f"{os.getpid()}_{self._count:09d}.npz", buf.getvalue())
+        # named in the order written, across runs too: a later entry for a group wins at the merge
+        atomic_write(self.journal / f"{time.time_ns():020d}_{os.getpid()}_{self._count:09d}.npz", buf.getvalue())
 
     def merge(self) -> int:
         """The journal's groups written into the file, atomically (see the module's doc); their count."""
@@ -127,27 +132,41 @@ class H5Store:
                 shutil.copyfile(self.path, tmp)
             with h5py.File(tmp, "a" if os.path.lexists(self.path) else "w") as fd:
                 for entry in entries:
-                    try:
+                    try:  # entries are renamed in whole: one that does not read is not ours, or a bad disk
                         with np.load(entry, allow_pickle=False) as z:
                             data = {k: z[k] for k in z.files}
-                    except Exception:  # an entry a kill cut short cannot be: they are renamed whole
-                        continue
-                    name = str(data.pop("__group__"))
-                    uncertainty, plan = float(data.pop("__uncertainty__")), str(data.pop("__plan__"))
-                    if name in fd:
-                        del fd[name]
-                    grp = fd.create_group(name)
-                    for key, value in data.items():
-                        grp.create_dataset(key, data=value)
-                    grp["keypoints"].attrs["uncertainty"] = np.float32(uncertainty)
-                    grp.attrs[PLAN_ATTR] = plan
+                        name = str(data.pop("__group__"))
+                        uncertainty, plan = float(data.pop("__uncertainty__")), str(data.pop("__plan__"))
+                    except Exception as exc:
+                        raise SpcError(f"{entry}: a journal entry of {self.path.name} that cannot be read "
+                                       f"({type(exc).__name__}); the journal is kept: move that entry away and "
+                                       "rerun") from None
+                    try:
+                        if name in fd:
+                            del fd[name]
+                        grp = fd.create_group(name)
+                        for key, value in data.items():
+                            grp.create_dataset(key, data=value)
+                        grp["keypoints"].attrs["uncertainty"] = np.float32(uncertainty)
+                        grp.attrs[PLAN_ATTR] = plan
+                    except (ValueError, KeyError, TypeError) as exc:  # h5py: a name that clashes with the file's
+                        raise SpcError(f"{self.path}: cannot hold group {name!r} ({exc}); the journal is kept: "
+                                       "choose another -o, or move the file away") from None
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
+            if os.path.lexists(self.path):
+                shutil.copymode(self.path, tmp)  # the file keeps its permissions
+            else:
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o666 & ~umask)
             os.replace(tmp, self.path)
             tmp = None
+            folder = os.open(self.path.parent, os.O_RDONLY)  # the rename durable before the journal goes
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
         except OSError as exc:
             from spc.files import os_error
 

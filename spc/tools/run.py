@@ -367,10 +367,13 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
         done = {i for i, ts in enumerate(targets) if skip_existing and ts and all(_made(t, sha, there) for t in ts)}
         live = [i for i in range(len(files)) if i not in done and files[i] not in bad]
         flat = [t for i in live for t in targets[i]]
+        # a video stopped partway: the frames this plan made are kept (decoded again to reach the rest)
+        made = {id(t) for t in flat if skip_existing and _made(t, sha, there)}
+        todo = [t for t in flat if id(t) not in made]
         # nothing replaces an input (the plan included), another output of this run, or, without
         # --overwrite, an earlier result (an .h5: a group already in it)
-        check_outputs([*(t.npz for t in flat if t.npz), *(t.viz for t in flat if t.viz)], protected, overwrite)
-        taken = [t.group for t in flat if t.group in there]
+        check_outputs([*(t.npz for t in todo if t.npz), *(t.viz for t in todo if t.viz)], protected, overwrite)
+        taken = [t.group for t in todo if t.group in there]
         if taken and not overwrite:
             more = f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""
             made = " (made by another plan)" if skip_existing else ""
@@ -417,6 +420,10 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
                 for frame, result, dense_read in _results(runner, stream, batch, dense):
                     got_at = time.perf_counter()
                     t = where[id(frame.source)][(frame.index or 1) - 1]
+                    if id(t) in made:  # --skip-existing: this frame's results are this plan's already
+                        bar.advance(task)
+                        last = time.perf_counter()
+                        continue
                     if heads_note:
                         console.note(heads_note)
                         heads_note = None

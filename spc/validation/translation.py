@@ -313,8 +313,14 @@ class Pending(Struct):
     def verdict(self) -> Verdict:
         """The first tensor that departs, in program order, then the outputs, then the windows."""
         t0 = time.perf_counter()
-        # here, not in the child: their convolutions' BLAS threads would compete with this process
-        windows = check_windows(self.g, self.program, self.tensors, self.source)
+        # here, while the child works: what they find counts only when nothing departed before
+        try:
+            windows: Departure | Exception | None = check_windows(self.g, self.program, self.tensors, self.source)
+        except Exception as exc:
+            windows = exc
+        except BaseException:
+            self.cancel()
+            raise
         child, self.child = self.child, None
         try:
             srcs, self.along = child.result(CHILD_TIMEOUT_S) if child is not None else (self.source_side(), None)
@@ -338,6 +344,8 @@ class Pending(Struct):
         if verdict.departure is None:
             verdict.departure = _outputs(program, self.tensors, host, dev, srcs, self.source, g, verdict)
         if verdict.departure is None:
+            if isinstance(windows, Exception):
+                raise windows
             verdict.departure = windows
         verdict.seconds = self.seconds + time.perf_counter() - t0
         return verdict
