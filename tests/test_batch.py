@@ -94,6 +94,7 @@ def test_the_batch_plan_runs_on_the_mock_p150(plans: dict[str, Path], ttnn_pytho
     done = spc("run", plans["two"], images["camera"], images["coffee"], "-o", tmp_path, "--backend", "ttnn-mock",
                python=ttnn_python)
     assert done.returncode == 0, done.stderr
+    assert "the mock p150 validates every call" in done.stderr and "computes no values" in done.stderr, done.stderr
 
 
 def test_batch_options_refuse_what_they_cannot_do(small_onnx: Path, tmp_path: Path) -> None:
