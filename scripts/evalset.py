@@ -49,3 +49,54 @@ def size_of(args: argparse.Namespace) -> tuple[int, int]:
     args.work.mkdir(parents=True, exist_ok=True)
     h, w = (int(v) for v in args.size.split("x"))
     return h, w
+
+
+def fixed_k_through_spc(args: argparse.Namespace, python: str, exporter: Path, name: str) -> int:
+    """An export another toolchain made (``exporter`` run by ``python``: WEIGHTS OUT H W K; input
+    [1, H, W, 1], outputs keypoints [K, 2] (x, y) pixels, scores [K], descriptors [K, 256]) at
+    ``--size``: compiled, run on the emu backend, keypoints against onnxruntime on the same ONNX
+    (top 500 by score, 2 px, one to one) and the matched descriptors' cosine; prints a row, exit 0
+    when F1 median >= 0.97 and cosine >= 0.99 (corpus_tf.py, corpus_jax.py)."""
+    import statistics
+    import subprocess
+    import time
+
+    import numpy as np
+    import onnxruntime as ort
+    from PIL import Image
+
+    from spc.compiler import compile_onnx
+    from spc.frontend.weights import demo_weights_path, load_state_file
+    from spc.plan.io import read_plan
+    from spc.runtime.runner import Runner
+    from spc.tuning.metrics import keypoint_agreement
+
+    h, w = size_of(args)
+    weights = args.work / "demo_weights_hf.npz"
+    np.savez(weights, **load_state_file(demo_weights_path()))
+    src = args.work / f"{name}_{h}x{w}.onnx"
+    subprocess.run([python, str(exporter), str(weights), str(src), str(h), str(w), str(args.k)], check=True,
+                   capture_output=True)
+    plan_path = src.with_suffix(".ttplan")
+    t0 = time.perf_counter()
+    result = compile_onnx(src, plan_path)
+    seconds = time.perf_counter() - t0
+    for note in result.notes:
+        print(f"note: {note}")
+    plan = read_plan(plan_path)
+    sess = ort.InferenceSession(str(src))
+    f1s, cos = [], []
+    with Runner(plan) as runner:
+        for f in evaluation_images(args.work, IMAGES):
+            grey = np.asarray(Image.open(f).convert("L").resize((w, h)), np.float32) / 255
+            x = grey.reshape(1, h, w, 1)
+            ours = list(runner.run(x).outputs.values())
+            ref = sess.run(None, {sess.get_inputs()[0].name: x})
+            a = keypoint_agreement(ours[0].astype(np.float32), ours[1], ours[2], ref[0].astype(np.float32), ref[1],
+                                   ref[2])
+            f1s.append(a.f1)
+            cos.append(a.descriptor_cosine)
+            print(f"{f.name}: F1 {a.f1:.3f}, descriptor cosine {a.descriptor_cosine:.4f}")
+    print(f"| {name} | {plan.manifest['recognised']} | {plan.manifest['device_ops']} "
+          f"| F1 {statistics.median(f1s):.3f} ({min(f1s):.3f}) | cosine min {min(cos):.4f} | compile {seconds:.1f} s |")
+    return 0 if statistics.median(f1s) >= 0.97 and min(cos) >= 0.99 else 1
