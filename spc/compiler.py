@@ -277,21 +277,20 @@ def _members_and_verdict(src: Path, out: Path, snap: Source | None, g: Graph, pr
     source side and then makes the members, while this process runs the device side. A departure
     is raised first: dropping the fusion that made it may also mend what the checks refused."""
 
-    def prepare() -> dict[str, Any]:
-        program_json = _check_plan(src, program, tensors)
-        # as arrays: from the child they come through its memfd, not pickled into the pipe
-        return {k: np.frombuffer(v, np.uint8) for k, v in
-                plan_members(out, program, tensors, print_graph(g), program_json).items()}
+    def prepare() -> dict[str, bytes]:
+        return plan_members(out, program, tensors, print_graph(g), _check_plan(src, program, tensors))
+
+    def as_arrays() -> dict[str, np.ndarray]:  # from the child through its memfd, not pickled into the pipe
+        return {k: np.frombuffer(v, np.uint8) for k, v in prepare().items()}
 
     if snap is None:
-        return {k: v.tobytes() for k, v in prepare().items()}, None
+        return prepare(), None
     from spc.validation.translation import start
 
     approximated = [v for r in records for v in r.stats.get("approximated", [])]
-    pending = start(snap, g, program, tensors, approximated, alongside=prepare)
+    pending = start(snap, g, program, tensors, approximated, alongside=as_arrays)
     verdict = _judge(src, pending.verdict(), g, pipeline)
-    members = {k: v.tobytes() for k, v in pending.alongside_result().items()}
-    return members, verdict
+    return {k: v.tobytes() for k, v in pending.alongside_result().items()}, verdict
 
 
 def compile_once(src: Path, out: Path | None, *, dump_dir: Path | None = None, print_ir: bool = False,

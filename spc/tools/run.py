@@ -363,12 +363,12 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
     store = H5Store(h5_path, sha) if h5_path is not None else None  # a killed run's journal merged first
     try:
         there = store.groups() if store is not None else {}
-        # --skip-existing: an input whose every result this plan made is left as it is
-        done = {i for i, ts in enumerate(targets) if skip_existing and ts and all(_made(t, sha, there) for t in ts)}
-        live = [i for i in range(len(files)) if i not in done and files[i] not in bad]
+        # --skip-existing: the results this plan made are kept; an input with all of them is not decoded,
+        # a video stopped partway is decoded again to reach the rest
+        made = {id(t) for ts in targets for t in ts if skip_existing and _made(t, sha, there)}
+        complete = {i for i, ts in enumerate(targets) if ts and all(id(t) in made for t in ts)}
+        live = [i for i in range(len(files)) if i not in complete and files[i] not in bad]
         flat = [t for i in live for t in targets[i]]
-        # a video stopped partway: the frames this plan made are kept (decoded again to reach the rest)
-        made = {id(t) for t in flat if skip_existing and _made(t, sha, there)}
         todo = [t for t in flat if id(t) not in made]
         # nothing replaces an input (the plan included), another output of this run, or, without
         # --overwrite, an earlier result (an .h5: a group already in it)
@@ -376,8 +376,8 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
         taken = [t.group for t in todo if t.group in there]
         if taken and not overwrite:
             more = f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""
-            made = " (made by another plan)" if skip_existing else ""
-            raise SpcError(f"{h5_path}: already holds {taken[0]}{more}{made}; pass --overwrite to replace them, "
+            other = " (made by another plan)" if skip_existing else ""
+            raise SpcError(f"{h5_path}: already holds {taken[0]}{more}{other}; pass --overwrite to replace them, "
                            f"{'' if skip_existing else '--skip-existing to keep what this plan made, '}"
                            "or choose another -o")
         # every input checked from its header before anything is decoded or written
@@ -414,7 +414,7 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
             with Runner(plan, backend, trace) as runner, _progress(len(flat)) as bar:
                 console.detail(f"plan {plan_path or '(in memory)'} (sha256 {sha[:12]}), backend {backend}, input "
                                f"{shape}, {batch} frame(s) a run, {len(flat)} frame(s) to run"
-                               + (f", {len(done)} input(s) kept" if done else ""))
+                               + (f", {len(complete)} input(s) kept" if complete else ""))
                 task = bar.add_task("running", total=len(flat))
                 start = last = time.perf_counter()
                 for frame, result, dense_read in _results(runner, stream, batch, dense):
@@ -429,9 +429,9 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
                         heads_note = None
                     count = write_results(result, frame, t, store, roles, height, width, extraction, sha,
                                           coords == "pixels")
-                    size = f"{frame.geometry.original[0]}x{frame.geometry.original[1]}, " if frame.geometry else ""
+                    dims = f"{frame.geometry.original[0]}x{frame.geometry.original[1]}, " if frame.geometry else ""
                     console.detail(f"{frame.source.path}{'' if frame.index is None else f' frame {frame.index}'}: "
-                                   f"{size}decoded and run in {1000 * (got_at - last):.1f} ms, written in "
+                                   f"{dims}decoded and run in {1000 * (got_at - last):.1f} ms, written in "
                                    f"{1000 * (time.perf_counter() - got_at):.1f} ms")
                     last = time.perf_counter()
                     g = frame.geometry
@@ -474,7 +474,7 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
         if store is not None:
             store.close()  # the journal merged into the .h5: whatever ended the run
     seconds = time.perf_counter() - start  # from the first frame: the device's set-up is not counted
-    kept = len(done)
+    kept = len(complete)
     done = tally["frames"]
     rate = done / seconds if seconds > 0 else 0.0
     if as_json:
