@@ -60,3 +60,17 @@ def test_run_verbose_says_what_each_frame_took(small_plan: Path, images: dict[st
     assert "backend emu, input [1, 3, 120, 160]" in err and err.count("decoded and run in") == 2, err
     code, _, quiet = spc("run", small_plan, images["camera"], "-o", tmp_path / "one.npz")
     assert "decoded and run in" not in quiet
+
+
+def test_coords_pixels_npz_holds_what_h5_holds(small_plan: Path, images: dict[str, Path], tmp_path: Path) -> None:
+    import h5py
+
+    assert spc("run", small_plan, images["coffee"], "-o", tmp_path / "p.npz", "--coords", "pixels")[0] == 0
+    assert spc("run", small_plan, images["coffee"], "--format", "h5", "-o", tmp_path / "f.h5")[0] == 0
+    z = np.load(tmp_path / "p.npz")
+    with h5py.File(tmp_path / "f.h5") as f:
+        g = f["coffee.png"]
+        np.testing.assert_array_equal(z["keypoints"], g["keypoints"][()])
+        np.testing.assert_array_equal(z["scores"], g["scores"][()])
+        np.testing.assert_array_equal(z["descriptors"], g["descriptors"][()].T)
+    assert z["keypoints"].ndim == 2 and "mask" in z.files  # the model's other outputs kept

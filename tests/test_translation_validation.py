@@ -434,3 +434,49 @@ def test_a_model_whose_declared_types_contradict_its_nodes_is_refused_as_inconsi
                                        r"computes f32: the model is inconsistent"):
         compile_onnx(model, tmp_path / "bad.ttplan")
     assert not (tmp_path / "bad.ttplan").exists()
+
+
+def test_nms_pooled_in_4d_and_suppressed_in_3d_compiles_to_what_onnxruntime_computes(tmp_path: Path) -> None:
+    """onnxsim's HF spelling of NMS: the pools read the (1, 1, H, W) map, the rest a (1, H, W)
+    reshape of it; spc.Nms is fused with a view, and the plan (validated) equals onnxruntime."""
+    h, w, r = 24, 32, 2
+    zeros = numpy_helper.from_array(np.zeros((1, h, w), np.float32), "zeros")
+    consts = [zeros, numpy_helper.from_array(np.array([1, h, w], np.int64), "flat"),
+              numpy_helper.from_array(np.array([1], np.int64), "ax1"), numpy_helper.from_array(np.float32(0), "z")]
+    nodes, k = [helper.make_node("Reshape", ["x", "flat"], ["s"])], [0]
+
+    def pool(v: str) -> str:
+        k[0] += 1
+        nodes.append(helper.make_node("MaxPool", [v], [f"p{k[0]}"], kernel_shape=[2 * r + 1] * 2, pads=[r] * 4))
+        nodes.append(helper.make_node("Squeeze", [f"p{k[0]}", "ax1"], [f"q{k[0]}"]))
+        return f"q{k[0]}"
+
+    def unsq(v: str) -> str:
+        nodes.append(helper.make_node("Unsqueeze", [v, "ax1"], [v + "_4d"]))
+        return v + "_4d"
+
+    nodes.append(helper.make_node("Equal", ["s", pool("x")], ["m0"]))
+    mask = "m0"
+    for i in range(2):
+        nodes.append(helper.make_node("Cast", [mask], [f"c{i}"], to=TensorProto.FLOAT))
+        nodes.append(helper.make_node("Greater", [pool(unsq(f"c{i}")), "z"], [f"sup{i}"]))
+        nodes.append(helper.make_node("Where", [f"sup{i}", "zeros", "s"], [f"rest{i}"]))
+        nodes.append(helper.make_node("Equal", [f"rest{i}", pool(unsq(f"rest{i}"))], [f"new{i}"]))
+        nodes.append(helper.make_node("Not", [f"sup{i}"], [f"ns{i}"]))
+        nodes.append(helper.make_node("And", [f"new{i}", f"ns{i}"], [f"a{i}"]))
+        nodes.append(helper.make_node("Or", [mask, f"a{i}"], [f"m{i + 1}"]))
+        mask = f"m{i + 1}"
+    nodes.append(helper.make_node("Where", [mask, "s", "zeros"], ["nms"]))
+    graph = helper.make_graph(nodes, "nms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, h, w])],
+                              [helper.make_tensor_value_info("nms", TensorProto.FLOAT, [1, h, w])], consts)
+    model = tmp_path / "nms.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    result = compile_onnx(model, tmp_path / "nms.ttplan")
+    assert result.graph.op_counts().get("spc.Nms") == 1, result.graph.op_counts()
+    assert not [n for n in result.notes if n.startswith("validation:")], result.notes
+    rng = np.random.default_rng(3)
+    x = (rng.integers(0, 4, (1, 1, h, w)) / 3.0 * (rng.random((1, 1, h, w)) < 0.5)).astype(np.float32)
+    import onnxruntime as ort
+
+    want = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(_run(tmp_path / "nms.ttplan", x), want, atol=0.02)  # bf16 storage of the device
