@@ -273,24 +273,27 @@ def _members_and_verdict(src: Path, out: Path, snap: Source | None, g: Graph, pr
                          tensors: dict[str, np.ndarray], pipeline: list[Pass],
                          records: list[PassRecord]) -> tuple[dict[str, bytes], Verdict | None]:
     """The plan's members (after the checks every reader applies) and, with ``snap``, the
-    validation's verdict: where forking is safe (spc/forked.py) the validation's child runs the
-    source side and then makes the members, while this process runs the device side. A departure
-    is raised first: dropping the fusion that made it may also mend what the checks refused."""
-
-    def prepare() -> dict[str, bytes]:
-        return plan_members(out, program, tensors, print_graph(g), _check_plan(src, program, tensors))
-
-    def as_arrays() -> dict[str, np.ndarray]:  # from the child through its memfd, not pickled into the pipe
-        return {k: np.frombuffer(v, np.uint8) for k, v in prepare().items()}
-
+    validation's verdict: the members are made here while the validation's child runs the source
+    side (spc/forked.py), after this process ran the device side. A departure is raised first:
+    dropping the fusion that made it may also mend what the checks refused."""
     if snap is None:
-        return prepare(), None
+        return plan_members(out, program, tensors, print_graph(g), _check_plan(src, program, tensors)), None
     from spc.validation.translation import start
 
     approximated = [v for r in records for v in r.stats.get("approximated", [])]
-    pending = start(snap, g, program, tensors, approximated, alongside=as_arrays)
+    pending = start(snap, g, program, tensors, approximated)
+    refused: SpcError | None = None
+    try:
+        members = plan_members(out, program, tensors, print_graph(g), _check_plan(src, program, tensors))
+    except SpcError as exc:
+        members, refused = {}, exc
+    except BaseException:
+        pending.cancel()
+        raise
     verdict = _judge(src, pending.verdict(), g, pipeline)
-    return {k: v.tobytes() for k, v in pending.alongside_result().items()}, verdict
+    if refused is not None:
+        raise refused
+    return members, verdict
 
 
 def compile_once(src: Path, out: Path | None, *, dump_dir: Path | None = None, print_ir: bool = False,

@@ -45,3 +45,31 @@ def test_an_op_that_refuses_its_arguments_is_named() -> None:
     env = {"a": np.zeros((2, 3), np.float32), "b": np.zeros((4, 5), np.float32)}
     with pytest.raises(NodeFailed, match=r"node bad \(onnx.Add\) failed"):
         run_named([("bad", "onnx.Add", ["a", "b"], {}, ["c"])], env, {})
+
+
+def test_keep_drops_what_nothing_reads_later_and_the_results_are_the_same() -> None:
+    from spc.ir.interpreter import Step, run
+    from spc.ir.ops import onnx_op
+
+    steps = [Step("a", onnx_op("Relu"), ("x",), {}, ("r",)), Step("b", onnx_op("Neg"), ("r",), {}, ("n",)),
+             Step("c", onnx_op("Add"), ("n", "x"), {}, ("s",))]
+    x = np.array([-1.0, 2.0], np.float32)
+    whole = run(steps, {"x": x})
+    kept = run(steps, {"x": x}, keep={"s"})
+    assert set(whole) == {"x", "r", "n", "s"} and set(kept) == {"x", "s"}  # what was given stays
+    np.testing.assert_array_equal(kept["s"], whole["s"])
+    assert set(run(steps, {"x": x}, keep={"r", "s"})) == {"x", "r", "s"}
+
+
+def test_the_device_reference_keeps_what_it_is_asked_for_and_what_is_wanted() -> None:
+    from spc.plan.program import DeviceTensor, Program, TtOp
+    from spc.runtime.reference import run_device
+
+    ops = [TtOp("ttnn.relu", ["x"], "r"), TtOp("ttnn.neg", ["r"], "n"), TtOp("ttnn.add", ["n", "x"], "s")]
+    prog = Program([], [], [], [DeviceTensor("x", [2], [2])], ops, [DeviceTensor("s", [2], [2])], [])
+    x = np.array([-1.0, 2.0], np.float32)
+    whole = run_device(prog, {}, {"x": x}, ["s"])
+    kept = run_device(prog, {}, {"x": x}, ["s"], keep={"r"})
+    assert set(whole) == {"x", "r", "n", "s"} and set(kept) == {"x", "r", "s"}
+    np.testing.assert_array_equal(kept["s"], whole["s"])
+    np.testing.assert_array_equal(kept["s"], [-1.0, 0.0])

@@ -52,13 +52,21 @@ class Step(Struct, frozen=True):
 
 
 def run(steps: Iterable[Step], env: dict[Hashable, np.ndarray], constants: Mapping[Hashable, np.ndarray] | None = None,
-        *, quiet: bool = False, label=str) -> dict[Hashable, np.ndarray]:
+        *, quiet: bool = False, label=str, keep: Collection[Hashable] | None = None) -> dict[Hashable, np.ndarray]:
     """Run ``steps`` in order, reading ``env`` then ``constants`` and adding each output to
     ``env``. ``quiet`` silences numpy's floating-point warnings (trial inputs with extreme values);
-    ``label`` names a key in errors."""
+    ``label`` names a key in errors; ``keep``: with it, a computed value not in it leaves ``env``
+    after its last reader (the next results reuse its memory: fresh pages cost)."""
     constants = constants or {}
+    steps = list(steps)
+    last: dict[Hashable, int] = {}
+    if keep is not None:
+        for i, s in enumerate(steps):
+            for k in (*s.inputs, *s.outputs):
+                if k is not None and k not in keep and k not in env:
+                    last[k] = i
     with np.errstate(all="ignore") if quiet else contextlib.nullcontext():
-        for s in steps:
+        for i, s in enumerate(steps):
             args = []
             for k in s.inputs:
                 if k is None:
@@ -75,6 +83,10 @@ def run(steps: Iterable[Step], env: dict[Hashable, np.ndarray], constants: Mappi
                 raise NodeFailed(s.name, s.op.name, exc) from exc
             for k, r in zip(s.outputs, results):
                 env[k] = np.asarray(r)
+            if last:
+                for k in (*s.inputs, *s.outputs):
+                    if last.get(k) == i:
+                        env.pop(k, None)
     return env
 
 

@@ -69,12 +69,18 @@ class TrialValues:
 def hashed_uniform(shape: tuple[int, ...], seed: int) -> np.ndarray:
     """Uniform float32 in [0, 1) from each position and ``seed`` by a 32-bit integer hash (Chris
     Wellons' lowbias32): millions of values in a few vectorised passes (the validation's seeded
-    maps), the same on every platform."""
+    maps), the same on every platform. In place, one scratch array: fresh memory is what costs."""
     n = math.prod(shape)
     x = np.arange(n, dtype=np.uint32)
     x += np.uint32(seed * 0x9E3779B9 % 2**32)
-    for shift, mul in ((16, 0x7FEB352D), (15, 0x846CA68B)):
-        x ^= x >> np.uint32(shift)
-        x *= np.uint32(mul)
-    x ^= x >> np.uint32(16)
-    return ((x >> np.uint32(8)).astype(np.float32) * np.float32(2.0**-24)).reshape(shape)
+    t = np.empty_like(x)
+    for shift, mul in ((16, 0x7FEB352D), (15, 0x846CA68B), (16, 1)):
+        np.right_shift(x, np.uint32(shift), out=t)
+        x ^= t
+        if mul != 1:
+            x *= np.uint32(mul)
+    x >>= np.uint32(8)
+    out = t.view(np.float32)
+    np.copyto(out, x, casting="unsafe")
+    out *= np.float32(2.0**-24)
+    return out.reshape(shape)

@@ -79,7 +79,8 @@ def _json_bytes(obj: Any, compact: bool = False) -> bytes:
 def _weights_bytes(weights: dict[str, np.ndarray]) -> bytes:
     from safetensors.numpy import save
 
-    arrays = {k: np.array(v, order="C", copy=True) for k, v in sorted(weights.items())}  # keeps 0-d
+    # no copy of what is C-ordered already (np.ascontiguousarray would make a 0-d array 1-d)
+    arrays = {k: v if v.flags.c_contiguous else np.array(v, order="C") for k, v in sorted(weights.items())}
     return save(arrays, metadata={"format": FORMAT})
 
 

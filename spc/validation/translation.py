@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
 
 import numpy as np
 from msgspec import Struct, field
@@ -82,9 +81,11 @@ class Source(Struct):
                 | set((*self.outputs, *also)) & set(given))
 
     def run(self, feeds: Mapping[str, np.ndarray], given: Mapping[str, np.ndarray],
-            also: Collection[str] = ()) -> dict[str, np.ndarray]:
-        """Every value the outputs (and ``also``) need, not looking past ``given`` (cut values)."""
-        return run(self.needed(given, also), {**feeds, **given}, self.constants, quiet=True)
+            also: Collection[str] = (), keep: Collection[str] | None = None) -> dict[str, np.ndarray]:
+        """Every value the outputs (and ``also``) need, not looking past ``given`` (cut values);
+        with ``keep``, only those of them (and the outputs, ``also`` and what was given)."""
+        kept = None if keep is None else {*keep, *self.outputs, *also}
+        return run(self.needed(given, also), {**feeds, **given}, self.constants, quiet=True, keep=kept)
 
 
 def snapshot(g: Graph) -> Source:
@@ -185,7 +186,12 @@ def _seeded(shape: tuple[int, ...], relu: bool, seed: int, detector: bool = Fals
         u = hashed_uniform((n, h, w, c), seed).transpose(0, 3, 1, 2)
     else:
         u = hashed_uniform(tuple(shape), seed)
-    x = u * np.float32(4) if relu else u * np.float32(16) - np.float32(8)
+    x = u  # in place: fresh memory is what costs here
+    if relu:
+        x *= np.float32(4)
+    else:
+        x *= np.float32(16)
+        x -= np.float32(8)
     if detector:
         live = hashed_uniform((shape[0], 1, *shape[2:]), seed + 1) < np.float32(1 / 16)
         x[:, -1:] = np.where(live, np.float32(-8), np.float32(16))
@@ -201,11 +207,11 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
 
 
 def start(source: Source, g: Graph, program: Program, tensors: Mapping[str, np.ndarray],
-          approximated: Collection[str] = (), seed: int = 0, alongside: Callable[[], Any] | None = None) -> Pending:
-    """:func:`validate` begun: the source's run goes to a forked child
+          approximated: Collection[str] = (), seed: int = 0) -> Pending:
+    """:func:`validate` begun: the source's run and the window checks go to a forked child
     (spc/forked.py) while this process runs the plan's device calls; :meth:`Pending.verdict`
     compares. Between the two the caller may do its own work (the compiler checks and serialises
-    the plan): the second core's share."""
+    the plan)."""
     t0 = time.perf_counter()
     base = seed * 1_000_000  # image k's seed base + k; cut map i of image k's base + 1000 + 2 (k n + i)
     spec = program.inputs[0]
@@ -247,21 +253,15 @@ def start(source: Source, g: Graph, program: Program, tensors: Mapping[str, np.n
     def source_side() -> list[dict[str, np.ndarray]]:
         per_image = [{name: np.ascontiguousarray(x) for name, x in maps(i, cut).items()} for i in range(batch)]
         try:
-            srcs = [source.run({source.inputs[0]: x}, v, also) for x, v in zip(ones, per_image)]
+            srcs = [source.run({source.inputs[0]: x}, v, also, keep) for x, v in zip(ones, per_image)]
         except (MissingValue, NodeFailed) as exc:
             raise SpcError(f"validation: the source graph does not run on a seeded image ({exc})") from None
         return [{k: v for k, v in e.items() if k in keep} for e in srcs]
 
-    def both() -> tuple[list[dict[str, np.ndarray]], tuple[bool, Any]]:
-        srcs = source_side()
-        if alongside is None:
-            return srcs, (True, None)
-        try:
-            return srcs, (True, alongside())
-        except SpcError as exc:
-            return srcs, (False, exc)
+    def in_child() -> tuple[list[dict[str, np.ndarray]], Departure | Exception | None]:
+        return source_side(), _windows(g, program, tensors, source)
 
-    child = Forked.start(both)
+    child = Forked.start(in_child)
     try:
         host: dict[str, np.ndarray] = {spec.name: image}
         try:
@@ -272,14 +272,14 @@ def start(source: Source, g: Graph, program: Program, tensors: Mapping[str, np.n
         drawn = [maps(i, [k for k in cut if k in used]) for i in range(batch)]
         given = {k: DeviceLayout.of(_times(convs[k][1], batch)).to_device(
             np.concatenate([v[convs[k][0]] for v in drawn]) if batch > 1 else drawn[0][convs[k][0]]) for k in used}
-        dev = run_device(program, tensors, dev_in, wanted, given, calls)
+        dev = run_device(program, tensors, dev_in, wanted, given, calls, {t.name for t in program.values.values()})
     except BaseException:
         if child is not None:
             child.cancel()
         raise
     verdict = Verdict(None, cut=len(used), cut_values=sorted(convs[k][0] for k in cut), between_skipped=skipped)
     return Pending(verdict, source, g, program, tensors, host, dev, {name for name, _, _ in convs.values()}, child,
-                   source_side, time.perf_counter() - t0, alongside)
+                   source_side, time.perf_counter() - t0)
 
 
 class Pending(Struct):
@@ -296,15 +296,6 @@ class Pending(Struct):
     child: Forked | None
     source_side: Callable[[], list[dict[str, np.ndarray]]]
     seconds: float
-    alongside: Callable[[], Any] | None = None
-    along: tuple[bool, Any] | None = None  # (done, its result or its SpcError)
-
-    def alongside_result(self) -> Any:
-        """What ``alongside`` returned (in the child, or here when there was none), or raise its SpcError."""
-        done, value = self.along if self.along is not None else (True, self.alongside and self.alongside())
-        if not done:
-            raise value
-        return value
 
     def cancel(self) -> None:
         if self.child is not None:
@@ -313,19 +304,16 @@ class Pending(Struct):
     def verdict(self) -> Verdict:
         """The first tensor that departs, in program order, then the outputs, then the windows."""
         t0 = time.perf_counter()
-        # here, while the child works: what they find counts only when nothing departed before
+        child, self.child = self.child, None
         try:
-            windows: Departure | Exception | None = check_windows(self.g, self.program, self.tensors, self.source)
-        except Exception as exc:
-            windows = exc
+            srcs, windows = child.result(CHILD_TIMEOUT_S) if child is not None else (None, None)
+        except ChildFailed:  # the child died (out of memory, killed) or hangs: its work here
+            srcs = windows = None
         except BaseException:
             self.cancel()
             raise
-        child, self.child = self.child, None
-        try:
-            srcs, self.along = child.result(CHILD_TIMEOUT_S) if child is not None else (self.source_side(), None)
-        except ChildFailed:  # the child died (out of memory, killed) or hangs: the source side here
-            srcs = self.source_side()
+        if srcs is None:
+            srcs, windows = self.source_side(), _windows(self.g, self.program, self.tensors, self.source)
         program, g, dev, host, verdict = self.program, self.g, self.dev, self.host, self.state
         src = srcs[0]
         selected, rounded = _after(g, SELECTIONS), _after(g, ROUNDINGS)
@@ -516,6 +504,15 @@ def culprit(d: Departure, g: Graph, fusions: Mapping[str, str], verdict: Verdict
 WINDOW_CALLS = {"ttnn.conv2d": ("input_height", "input_width"), "ttnn.max_pool2d": ("input_h", "input_w"),
                 "ttnn.avg_pool2d": ("input_h", "input_w")}
 SMALL_MAP = (5, 7)  # unequal: a lowering that swapped height and width shows
+
+
+def _windows(g: Graph, program: Program, tensors: Mapping[str, np.ndarray],
+             source: Source) -> Departure | Exception | None:
+    """:func:`check_windows`'s finding, or what it raised: it counts only when nothing departed before."""
+    try:
+        return check_windows(g, program, tensors, source)
+    except Exception as exc:
+        return exc
 
 
 def check_windows(g: Graph, program: Program, tensors: Mapping[str, np.ndarray], source: Source | None = None,
