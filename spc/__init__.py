@@ -7,7 +7,9 @@ The Python API (spc/api.py), imported on first use so that `import spc` stays li
 
 from typing import Any
 
-__version__ = "0.1.0"
+from spc.version import __version__
+
+__all__ = ["__version__"]
 
 _API = ("compile", "load", "Model", "Features", "Extraction")
 

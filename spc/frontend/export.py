@@ -62,7 +62,7 @@ def _traceable_top_k():
 def export_metadata(origin: dict[str, str], model) -> dict[str, str]:
     """What the ONNX file says about itself (``metadata_props``): where its weights came from
     (frontend/weights.py weights_origin), the post-processing settings, the spc that wrote it."""
-    from spc import __version__
+    from spc.version import __version__
 
     config = model.inner.config
     return {**origin, "spc.version": __version__,

@@ -150,7 +150,7 @@ def to_onnx(g: Graph, notes: Mapping[str, Mapping[str, str]] | None = None,
     DEFAULT_OPSET)."""
     from onnx import helper, numpy_helper
 
-    from spc import __version__
+    from spc.version import __version__
 
     opset = opset or g.opset or DEFAULT_OPSET
     ex = _Exporter(g, opset)

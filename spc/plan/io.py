@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 from msgspec import Struct
 
-from spc import __version__
 from spc.errors import SpcError
 from spc.files import atomic_write
 from spc.plan.program import Program
+from spc.version import __version__
 
 FORMAT = "spc.ttplan"
 # 2: device tensors say their form (conv layout or plain), program constants, output roles

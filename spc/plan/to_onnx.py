@@ -86,7 +86,7 @@ def program_to_onnx(program: Program, tensors: Mapping[str, np.ndarray]) -> onnx
     constants the calls read, written as initializers)."""
     from onnx import helper, numpy_helper
 
-    from spc import __version__
+    from spc.version import __version__
 
     def tensor(name: str, what: str) -> np.ndarray:
         if name not in tensors:

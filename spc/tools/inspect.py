@@ -158,7 +158,7 @@ def _spec(t: dict[str, Any]) -> str:
 
 def header_lines(report: PlanReport) -> list[str]:
     """The header of ``spc inspect PLAN``: what the plan is, each line plain text."""
-    from spc import __version__
+    from spc.version import __version__
 
     this = "" if report.spc_version == __version__ else f" (this is spc {__version__})"
     lines = [f"plan: {clean(report.plan_file or '?')}, plan format {report.format_version}, "

@@ -532,7 +532,7 @@ $per_layer
 
 
 def render(data: ReportData) -> str:
-    from spc import __version__
+    from spc.version import __version__
 
     r = data.plan
     return _PAGE.substitute(
