@@ -52,7 +52,7 @@ def main() -> int:
     src = exported(args.work, h, w)
     files = evaluation_images(args.work)
     if args.with_auto:
-        from spc.compiler import AutoPrecision
+        from spc.options import AutoPrecision
 
         found = compile_onnx(src, args.work / "cliff_auto.ttplan", auto=AutoPrecision(log=lambda line: None))
         chosen = read_plan(found.plan).manifest["precision_search"]["chosen"]

@@ -144,6 +144,7 @@ def compile(onnx: str | Path, output: str | Path | None = None, *, precision: st
     `--batch` (a batch plan's :meth:`Model.run` takes an array of its whole input shape)."""
     from spc.compiler import compile_onnx
     from spc.files import check_outputs
+    from spc.options import CompileOptions
     from spc.plan.io import read_plan
     from spc.ttnn.precision import PrecisionPlan
 
@@ -152,6 +153,6 @@ def compile(onnx: str | Path, output: str | Path | None = None, *, precision: st
         out = Path(output) if output is not None else Path(tmp) / "plan.ttplan"
         if output is not None:
             check_outputs([out], [src], overwrite)
-        compile_onnx(src, out, precision=PrecisionPlan(precision), target=target, input_shape=input_shape,
-                     dense=dense, kernels=kernels, batch=batch)
+        compile_onnx(src, out, CompileOptions(target=target, precision=PrecisionPlan(precision), dense=dense,
+                                              kernels=kernels, input_shape=input_shape, batch=batch))
         return Model(read_plan(out, target), backend, out if output is not None else None)

@@ -231,7 +231,8 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
 
     tune_for_compile()  # before numpy's first import (spc.console's)
     from spc import console
-    from spc.compiler import AutoPrecision, compile_onnx
+    from spc.compiler import Watch, compile_onnx
+    from spc.options import AutoPrecision, CompileOptions
     from spc.passes.pipeline import default_pipeline
     from spc.ttnn.memory import MemoryOverrides
     from spc.ttnn.precision import PrecisionPlan, load_precision_config
@@ -275,22 +276,22 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
         console.note("precision search (emulated, against onnxruntime on the calibration inputs):")
     plan = (load_precision_config(precision_config, precision) if precision_config
             else PrecisionPlan("accurate" if precision in (None, "auto") else precision))
-    options = dict(nms_single_pass=nms_single_pass, target=target, precision=plan,
-                   memory=MemoryOverrides.from_cli(memory_config), dense=dense, keypoint_capacity=keypoint_capacity,
-                   kernels=kernels == "on", input_shape=_shape_option(input_shape), verify=not no_verify)
+    options = CompileOptions(target=target, precision=plan, auto=auto, memory=MemoryOverrides.from_cli(memory_config),
+                             nms_single_pass=nms_single_pass, dense=dense, keypoint_capacity=keypoint_capacity,
+                             kernels=kernels == "on", input_shape=_shape_option(input_shape), verify=not no_verify)
     searched = None
     if images is None:  # --batch auto: every size compiled, the best kept
         from spc.compiler import choose_batch
 
         if stop_after is not None or explain is not None:
             raise SpcError("--batch auto compiles whole plans: give a batch size with --stop-after or --explain")
-        images, searched = choose_batch(source, max_latency_ms, **options)
+        images, searched = choose_batch(source, max_latency_ms, options)
         console.note("batch sizes (predicted end to end): " + ", ".join(
             f"{r['batch']}: {r['fps']:.1f} frames/s, {r['run_s'] * 1e3:.1f} ms per run" if r["fits"]
             else f"{r['batch']}: does not fit" for r in searched) + f"; chosen {images}")
     try:
-        result = compile_onnx(source, output, dump_dir=dump_dir, print_ir=print_ir_after_all, stop_after=stop_after,
-                              auto=auto, explain=explain, batch=images, batch_search=searched, **options)
+        result = compile_onnx(source, output, options, batch=images, batch_search=searched,
+                              watch=Watch(dump_dir, print_ir_after_all, stop_after, explain))
     except OSError as exc:  # writing the dumps (the plan's own write reports itself)
         if dump_dir is None:
             raise

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,7 @@ from spc.lowering.roles import output_roles
 from spc.memory.dram import check_dram
 from spc.memory.planner import Planner, check_fits, plan_memory
 from spc.memory.residency import CallRecord, predicted_ms
+from spc.options import CompileOptions
 from spc.passes.explain import Explainer
 from spc.passes.manager import (
     DumpDir,
@@ -41,25 +41,10 @@ from spc.plan.schema import MAX_METADATA_ENTRIES, MAX_METADATA_KEY, MAX_METADATA
 from spc.records import asdict
 from spc.ttnn.memory import MemoryOverrides
 from spc.ttnn.precision import PrecisionPlan
-from spc.ttnn.targets import DEFAULT_TARGET, Target, get_target
+from spc.ttnn.targets import Target, get_target
 
 if TYPE_CHECKING:
-    from spc.tuning.thresholds import Thresholds
     from spc.validation.translation import Source, Verdict
-
-
-def _thresholds() -> Thresholds:
-    from spc.tuning.thresholds import Thresholds  # only --precision auto reads them
-
-    return Thresholds()
-
-
-class AutoPrecision(Struct):
-    """``--precision auto``: where the calibration inputs are and what must hold."""
-
-    calib: Path | None = None
-    thresholds: Thresholds = field(default_factory=_thresholds)
-    log: Callable[[str], None] = print
 
 
 class CompileResult(Struct):
@@ -121,7 +106,7 @@ def check_input(g: Graph, src: Path) -> None:
 BATCHES = (1, 2, 4, 8)  # what --batch auto tries
 
 
-def choose_batch(src: Path, max_latency_ms: float | None = None, **options: Any) -> tuple[int, list[dict]]:
+def choose_batch(src: Path, max_latency_ms: float | None, options: CompileOptions) -> tuple[int, list[dict]]:
     """``--batch auto``: the batch size of :data:`BATCHES` with the most frames per second end to end
     (memory/throughput.py: the predicted device time and ttnn's host cost per call) whose run takes
     at most ``max_latency_ms``; each size compiled in full (a size that does not fit is reported
@@ -136,11 +121,11 @@ def choose_batch(src: Path, max_latency_ms: float | None = None, **options: Any)
         for b in BATCHES:
             path = Path(tmp) / f"b{b}.ttplan"
             try:
-                compile_onnx(src, path, batch=b, **options)
+                compile_onnx(src, path, replace(options, batch=b))
             except SpcError as exc:
                 rows.append({"batch": b, "fits": False, "why": str(exc).removeprefix(f"{src}: ")[:300]})
                 continue
-            plan = read_plan(path, options.get("target", DEFAULT_TARGET))
+            plan = read_plan(path, options.target)
             p = plan.program
             t = Throughput(b, plan.manifest["predicted_device_ms"] / 1e3, len(p.device_inputs), len(p.device_outputs))
             rows.append({"fits": True, **{k: round(v, 6) if isinstance(v, float) else v
@@ -231,15 +216,21 @@ class _Departed(Exception):
         self.fusion, self.note = fusion, note
 
 
-def compile_onnx(src: Path, out: Path | None, *, verify: bool = True, **options: Any) -> CompileResult:
-    """Compile ``src`` (options: :func:`compile_once`'s). With ``verify`` the plan is validated
-    against the source before it is written (validation/translation.py); a fusion whose plan
-    departs is dropped, with a note, and the model compiled again without it."""
+def compile_onnx(src: Path, out: Path | None, options: CompileOptions | None = None, *,
+                 watch: Watch | None = None, batch_search: list[dict] | None = None, **fields: Any) -> CompileResult:
+    """Compile ``src`` with ``options`` (``fields``: some of them, given by name). With
+    ``options.verify`` the plan is validated against the source before it is written
+    (validation/translation.py); a fusion whose plan departs is dropped, with a note, and the
+    model compiled again without it. ``watch``: what is dumped, printed or explained;
+    ``batch_search``: ``--batch auto``'s rows, for the manifest."""
+    watch_fields = {k: fields.pop(k) for k in Watch.__struct_fields__ if k in fields}
+    options = replace(options or CompileOptions(), **fields)
+    watch = replace(watch or Watch(), **watch_fields)
     unfused: dict[str, str] = {}
     notes: list[str] = []
     while True:
         try:
-            result = compile_once(src, out, verify=verify, unfused=unfused, **options)
+            result = compile_once(src, out, options, watch, batch_search, unfused)
         except _Departed as d:
             if d.fusion in unfused:  # dropping it changed nothing: not the fusion's doing
                 raise SpcError(f"{src}: spc bug: {d.note}; report it with the dump from --dump-dir "
@@ -296,35 +287,39 @@ def _members_and_verdict(src: Path, out: Path, snap: Source | None, g: Graph, pr
     return members, verdict
 
 
-def compile_once(src: Path, out: Path | None, *, dump_dir: Path | None = None, print_ir: bool = False,
-                 stop_after: str | None = None, nms_single_pass: bool = False, target: str = DEFAULT_TARGET,
-                 precision: PrecisionPlan | None = None, auto: AutoPrecision | None = None,
-                 memory: MemoryOverrides | None = None, dense: bool = False,
-                 keypoint_capacity: int | None = None, kernels: bool = False,
-                 input_shape: list[int] | None = None, explain: str | None = None, batch: int = 1,
-                 batch_search: list[dict] | None = None, verify: bool = True,
-                 unfused: dict[str, str] | None = None) -> CompileResult:
-    """Compile ``src`` once; with ``auto``, search the precision plan on calibration inputs first
-    (tuning/precision_search.py: needs torch and onnxruntime, unlike the rest of compile).
+class Watch(Struct, frozen=True):
+    """How a compile is watched (never what it writes): --dump-dir, --print-ir-after-all,
+    --stop-after, --explain."""
+
+    dump_dir: Path | None = None
+    print_ir: bool = False
+    stop_after: str | None = None
+    explain: str | None = None
+
+
+def compile_once(src: Path, out: Path | None, options: CompileOptions, watch: Watch,
+                 batch_search: list[dict] | None = None, unfused: dict[str, str] | None = None) -> CompileResult:
+    """Compile ``src`` once; with ``options.auto``, search the precision plan on calibration inputs
+    first (tuning/precision_search.py: needs torch and onnxruntime, unlike the rest of compile).
     ``unfused``: fusions not run (what the validation found of each)."""
     from spc.validation.translation import COMPACT, snapshot
 
-    chip = get_target(target)
-    source = read_source(src, input_shape=input_shape)  # the manifest's hash is of the bytes imported
+    stop_after, explain = watch.stop_after, watch.explain
+    chip = get_target(options.target)
+    source = read_source(src, input_shape=options.input_shape)  # the manifest's hash is of the bytes imported
     g = source.graph
     check_input(g, src)
     unfused = unfused or {}
-    snap = snapshot(g) if verify and stop_after is None and out is not None else None
+    snap = snapshot(g) if options.verify and stop_after is None and out is not None else None
     compact_dropped = COMPACT in unfused
     instruments: list[Instrument] = []
-    if dump_dir is not None:
-        instruments.append(DumpDir(dump_dir))
-    if print_ir:
+    if watch.dump_dir is not None:
+        instruments.append(DumpDir(watch.dump_dir))
+    if watch.print_ir:
         instruments.append(PrintAfterAll())
-    precision = precision or PrecisionPlan()
-    memory = memory or MemoryOverrides()
-    pipeline = default_pipeline(_batch(g, src, batch))
-    ctx = PassContext(PipelineOptions(precision=precision, nms_single_pass=nms_single_pass,
+    precision = options.precision
+    pipeline = default_pipeline(_batch(g, src, options.batch))
+    ctx = PassContext(PipelineOptions(precision=precision, nms_single_pass=options.nms_single_pass,
                                       unfused={k: v for k, v in unfused.items() if k != COMPACT}),
                       explainer=explainer_for(explain, pipeline))
     pm = PassManager(pipeline, instruments, stop_after=stop_after)
@@ -337,8 +332,10 @@ def compile_once(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
     if stop_after is not None or out is None:
         pm.close(g)
         return result
-    lowering = Lowering(src, chip, memory, dense or compact_dropped, keypoint_capacity, kernels)
+    lowering = Lowering(src, chip, options.memory, options.dense or compact_dropped, options.keypoint_capacity,
+                        options.kernels)
     search_report = None
+    auto = options.auto
     if auto is not None:
         from spc.tuning.precision_search import search
 
@@ -369,14 +366,11 @@ def compile_once(src: Path, out: Path | None, *, dump_dir: Path | None = None, p
     device_macs = sum(macs(n) for n in g.nodes if n.placement is Placement.DEVICE)
     host_macs = sum(macs(n) for n in g.nodes if n.placement is not Placement.DEVICE)
     manifest = {
-        "target": target,
+        "target": options.target,
         "source": {"file": src.name, "sha256": source.sha256, "path": os.path.abspath(src)},
         "inputs": [asdict(t) for t in program.inputs],
         "outputs": [asdict(t) for t in program.outputs],
-        "options": {"input_shape": input_shape, "batch": batch, "nms_single_pass": nms_single_pass,
-                    "precision": precision.describe(),
-                    "memory_config": memory.describe(), "dense": dense, "keypoint_capacity": keypoint_capacity,
-                    "kernels": kernels},
+        "options": options.manifest(precision),
         # what the validation compared (validation/translation.py), or that --no-verify skipped it
         "validation": verdict.manifest() if verdict is not None else "skipped (--no-verify)",
         "precision_search": search_report,

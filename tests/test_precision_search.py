@@ -180,8 +180,9 @@ def test_trials_are_lowered_and_planned_as_the_compile_does(small_onnx: Path, tm
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A trial's plan is the compile's: its forced memory, read-back, capacity and kernel options."""
     import spc.tuning.precision_search as precision_search
-    from spc.compiler import AutoPrecision, compile_onnx
+    from spc.compiler import compile_onnx
     from spc.memory.residency import predicted_ms
+    from spc.options import AutoPrecision
     from spc.plan.io import read_plan
     from spc.ttnn.memory import MemoryOverrides
     from spc.tuning.precision_search import SearchResult
