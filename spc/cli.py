@@ -179,6 +179,8 @@ def export(output: Path, height: int, width: int, channels: int, batch: int, wei
               help="write NN-<pass>.ir/.dot/.onnx (.onnx: for Netron), NN-device-program.onnx + summary")
 @click.option("--print-ir-after-all", is_flag=True, help="print the IR after every pass (stderr)")
 @click.option("--stop-after", default=None, metavar="PASS", help="stop the pipeline after PASS (writes no plan)")
+@click.option("--disable-pass", "disable_pass", multiple=True, metavar="PASS",
+              help="do not run PASS: what it would fuse is lowered op by op (repeatable; the manifest says so)")
 @click.option("--nms-single-pass", is_flag=True, help="cheaper NMS without suppression rounds (changes results)")
 @click.option("--precision", type=click.Choice(["accurate", "balanced", "fast", "auto"]), default=None,
               help="precision preset, or auto: search per block (default accurate; docs/precision.md)")
@@ -221,7 +223,8 @@ def export(output: Path, height: int, width: int, channels: int, batch: int, wei
 @_JSON
 @_one_line_errors
 def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, print_ir_after_all: bool,
-             stop_after: str | None, nms_single_pass: bool, precision: str | None, precision_config: Path | None,
+             stop_after: str | None, disable_pass: tuple[str, ...], nms_single_pass: bool, precision: str | None,
+             precision_config: Path | None,
              calib: Path | None, min_f1: float | None, min_desc_pcc: float | None, target: str,
              memory_config: tuple[str, ...], dense: bool, keypoint_capacity: int | None, kernels: str,
              input_shape: str | None, batch: str, max_latency_ms: float | None, explain: str | None,
@@ -233,7 +236,7 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
     from spc import console
     from spc.compiler import Watch, compile_onnx
     from spc.options import AutoPrecision, CompileOptions
-    from spc.passes.pipeline import default_pipeline
+    from spc.passes.pipeline import STAGES, default_pipeline
     from spc.ttnn.memory import MemoryOverrides
     from spc.ttnn.precision import PrecisionPlan, load_precision_config
     from spc.tuning.thresholds import Thresholds
@@ -244,8 +247,8 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
             rules = [r for r in p.explains if r != p.name]
             if rules:
                 click.echo(f"    {'':<24} rules: {', '.join(rules)}")
-        click.echo(f"{len(default_pipeline()) + 1:2d}  {'choose-memory-config':<24} per conv and pool block: L1 or "
-                   "DRAM slices (memory/planner.py, on the lowered program)")
+        for i, st in enumerate(STAGES, len(default_pipeline()) + 1):
+            click.echo(f"{i:2d}  {st.name:<24} {st.summary}")
         return
     if source is None:
         raise SpcError("compile needs the ONNX file to compile (spc compile SOURCE -o PLAN)")
@@ -278,7 +281,8 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
             else PrecisionPlan("accurate" if precision in (None, "auto") else precision))
     options = CompileOptions(target=target, precision=plan, auto=auto, memory=MemoryOverrides.from_cli(memory_config),
                              nms_single_pass=nms_single_pass, dense=dense, keypoint_capacity=keypoint_capacity,
-                             kernels=kernels == "on", input_shape=_shape_option(input_shape), verify=not no_verify)
+                             kernels=kernels == "on", input_shape=_shape_option(input_shape), verify=not no_verify,
+                             disabled_passes=tuple(dict.fromkeys(disable_pass)))
     searched = None
     if images is None:  # --batch auto: every size compiled, the best kept
         from spc.compiler import choose_batch

@@ -33,7 +33,7 @@ from spc.passes.manager import (
     PrintAfterAll,
     StageResult,
 )
-from spc.passes.pipeline import default_pipeline
+from spc.passes.pipeline import MEMORY, STAGES, default_pipeline
 from spc.plan.io import plan_members, write_members
 from spc.plan.listing import call_counts, format_program
 from spc.plan.program import Program
@@ -287,6 +287,25 @@ def _members_and_verdict(src: Path, out: Path, snap: Source | None, g: Graph, pr
     return members, verdict
 
 
+DISABLED = "disabled with --disable-pass"
+
+
+def _disabled(options: CompileOptions, pipeline: list[Pass]) -> list[str]:
+    """``--disable-pass``'s passes, each one of the pipeline and none that a running pass requires."""
+    names = [p.name for p in pipeline]
+    for name in options.disabled_passes:
+        if name in {st.name for st in STAGES}:
+            raise SpcError(f"--disable-pass {name}: a plan needs its memory configurations; force a block's with "
+                           "--memory-config instead")
+        if name not in names:
+            raise SpcError(f"--disable-pass {name}: no such pass (passes: {', '.join(names)})")
+    for p in pipeline:
+        needs = [r for r in p.requires if r in options.disabled_passes]
+        if needs and p.name not in options.disabled_passes:
+            raise SpcError(f"--disable-pass {needs[0]}: {p.name} requires it; disable {p.name} too")
+    return list(options.disabled_passes)
+
+
 class Watch(Struct, frozen=True):
     """How a compile is watched (never what it writes): --dump-dir, --print-ir-after-all,
     --stop-after, --explain."""
@@ -319,17 +338,17 @@ def compile_once(src: Path, out: Path | None, options: CompileOptions, watch: Wa
         instruments.append(PrintAfterAll())
     precision = options.precision
     pipeline = default_pipeline(_batch(g, src, options.batch))
-    ctx = PassContext(PipelineOptions(precision=precision, nms_single_pass=options.nms_single_pass,
-                                      unfused={k: v for k, v in unfused.items() if k != COMPACT}),
+    skipped = {k: v for k, v in unfused.items() if k != COMPACT} | {d: DISABLED for d in _disabled(options, pipeline)}
+    ctx = PassContext(PipelineOptions(precision=precision, nms_single_pass=options.nms_single_pass, unfused=skipped),
                       explainer=explainer_for(explain, pipeline))
-    pm = PassManager(pipeline, instruments, stop_after=stop_after)
+    pm = PassManager(pipeline, instruments, stop_after=stop_after, stages=STAGES)
     pm.run(g, ctx)
     result = CompileResult(g, pm.records, ctx.notes)
     if ctx.explainer is not None:
         owner = next(p.name for p in pipeline if explain in p.explains)
         why = next((r.stats.get("why_not") for r in pm.records if r.name == owner), None)
         result.explained = ctx.explainer.format(why)
-    if stop_after is not None or out is None:
+    if pm.stops_in_graph or (out is None and stop_after is None):
         pm.close(g)
         return result
     lowering = Lowering(src, chip, options.memory, options.dense or compact_dropped, options.keypoint_capacity,
@@ -359,8 +378,10 @@ def compile_once(src: Path, out: Path | None, options: CompileOptions, watch: Wa
         return StageResult({"target": chip.name, **planner.stats}, before, call_counts(program),
                            format_program(program), program, tensors)
 
-    pm.stage("choose-memory-config", g, choose_memory)
+    pm.stage(MEMORY.name, g, choose_memory)
     pm.close(g)
+    if stop_after == MEMORY.name or out is None:
+        return result
     members, verdict = _members_and_verdict(src, out, snap, g, program, tensors, pipeline, pm.records)
     metadata = model_metadata(source.metadata, ctx.notes)
     device_macs = sum(macs(n) for n in g.nodes if n.placement is Placement.DEVICE)

@@ -49,9 +49,13 @@ class CompileOptions(Struct, frozen=True):
     input_shape: list[int] | None = None  # --input-shape
     batch: int = 1  # --batch (a size; --batch auto chooses one: compiler.choose_batch)
     verify: bool = True  # not --no-verify (validation/translation.py)
+    disabled_passes: tuple[str, ...] = ()  # --disable-pass (each lowered op by op where it would have run)
 
     def manifest(self, precision: PrecisionPlan | None = None) -> dict[str, Any]:
         """The manifest's ``options``, with the ``precision`` chosen (``--precision auto``'s search)."""
-        return {"input_shape": self.input_shape, "batch": self.batch, "nms_single_pass": self.nms_single_pass,
-                "precision": (precision or self.precision).describe(), "memory_config": self.memory.describe(),
-                "dense": self.dense, "keypoint_capacity": self.keypoint_capacity, "kernels": self.kernels}
+        out = {"input_shape": self.input_shape, "batch": self.batch, "nms_single_pass": self.nms_single_pass,
+               "precision": (precision or self.precision).describe(), "memory_config": self.memory.describe(),
+               "dense": self.dense, "keypoint_capacity": self.keypoint_capacity, "kernels": self.kernels}
+        if self.disabled_passes:  # only when given: the plans of every other compile stay as they were
+            out["disabled_passes"] = list(self.disabled_passes)
+        return out

@@ -37,6 +37,14 @@ def ir(text: str, **weights: np.ndarray) -> Graph:
     return g
 
 
+def assert_ir(g: Graph, expected: str) -> None:
+    """``g`` printed is ``expected`` (the IR after a pass, as its docstring shows it), line by line."""
+    from spc.ir.printer import print_graph
+
+    got, want = print_graph(g).strip().splitlines(), expected.strip().splitlines()
+    assert got == want, "\n".join(["the IR is", *got, "", "expected", *want])
+
+
 # Modules (or tests) kept on one worker, in file order, each a group: their module-scoped
 # fixtures (a wheel and its venvs, compiles) are made once. Longest first: a worker starts on
 # them while the other takes the tests one by one.

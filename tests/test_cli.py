@@ -121,6 +121,28 @@ def test_stop_after_and_print_ir(small_onnx: Path, tmp_path: Path) -> None:
     assert_one_line_error(code, err, contains="no such pass")
 
 
+def test_stop_after_the_memory_stage_dumps_it_and_writes_no_plan(small_onnx: Path, tmp_path: Path) -> None:
+    code, out, err = spc("compile", small_onnx, "--stop-after", "choose-memory-config", "--dump-dir", tmp_path / "d")
+    assert code == 0 and "no plan written" in out, err
+    assert (tmp_path / "d" / f"{len(PASS_NAMES) + 1:02d}-choose-memory-config.txt").exists()
+
+
+def test_disable_pass_lowers_its_region_op_by_op_and_the_manifest_says_so(small_onnx: Path, tmp_path: Path) -> None:
+    code, out, err = spc("compile", small_onnx, "-o", tmp_path / "d.ttplan", "--disable-pass", "fuse-keypoints")
+    assert code == 0, err
+    assert "fuse-keypoints: not fired (dropped: disabled with --disable-pass)" in out
+    plan = read_plan(tmp_path / "d.ttplan")
+    assert plan.manifest["options"]["disabled_passes"] == ["fuse-keypoints"]
+    assert not any(n.op == "spc.Keypoints" for n in plan.program.host_post)
+    code, _, _ = spc("compile", small_onnx, "-o", tmp_path / "e.ttplan")
+    assert code == 0 and "disabled_passes" not in read_plan(tmp_path / "e.ttplan").manifest["options"]
+    for name, why in [("nope", "no such pass"), ("simplify-shapes", "fuse-score-fold requires it"),
+                      ("choose-memory-config", "needs its memory configurations")]:
+        code, _, err = spc("compile", small_onnx, "-o", tmp_path / "f.ttplan", "--disable-pass", name)
+        assert_one_line_error(code, err, contains=why)
+        assert not (tmp_path / "f.ttplan").exists()
+
+
 def test_list_passes_needs_no_model() -> None:
     code, out, _ = spc("compile", "--list-passes")
     passes = [line.split()[1] for line in out.splitlines() if not line.lstrip().startswith("rules:")]

@@ -53,6 +53,14 @@ class StageResult(Struct):
     tensors: Mapping[str, np.ndarray] = field(default_factory=dict)
 
 
+class Stage(Struct, frozen=True):
+    """A stage on the lowered program, after the graph passes (the memory planner): named and
+    summarised as a pass is, listed by `--list-passes`, recorded by :meth:`PassManager.stage`."""
+
+    name: str
+    summary: str
+
+
 class PipelineOptions(Struct, frozen=True):
     """What the command line decides for the passes."""
 
@@ -117,15 +125,21 @@ class PassError(SpcError):
 
 class PassManager:
     def __init__(self, passes: list[Pass], instruments: list[Instrument] | None = None,
-                 stop_after: str | None = None, verify_each: bool = True) -> None:
-        names = [p.name for p in passes]
+                 stop_after: str | None = None, verify_each: bool = True, stages: tuple[Stage, ...] = ()) -> None:
+        names = [p.name for p in passes] + [st.name for st in stages]
         if stop_after is not None and stop_after not in names:
             raise SpcError(f"--stop-after {stop_after}: no such pass (passes: {', '.join(names)})")
         self.passes = passes
+        self.stages = stages
         self.instruments = instruments or []
         self.stop_after = stop_after
         self.verify_each = verify_each
         self.records: list[PassRecord] = []
+
+    @property
+    def stops_in_graph(self) -> bool:
+        """Whether ``stop_after`` names a graph pass (nothing is lowered then)."""
+        return self.stop_after is not None and self.stop_after in {p.name for p in self.passes}
 
     def run(self, g: Graph, ctx: PassContext) -> Graph:
         self._each("before_all", g)

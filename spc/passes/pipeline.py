@@ -13,7 +13,7 @@ from spc.passes.fuse_keypoints import FuseKeypoints
 from spc.passes.fuse_l2norm import FuseL2Norm
 from spc.passes.fuse_score_fold import FuseScoreFold
 from spc.passes.insert_device_nms import InsertDeviceNms
-from spc.passes.manager import Pass
+from spc.passes.manager import Pass, Stage
 from spc.passes.partition_host_device import PartitionHostDevice
 from spc.passes.remove_identity import RemoveIdentity
 from spc.passes.simplify_shapes import SimplifyShapes
@@ -39,5 +39,10 @@ def default_pipeline(batch: int = 1) -> list[Pass]:
         ChoosePrecision(),
     ]
 
+
+# after lowering, on the program: listed and dumped as the passes are, --stop-after can name it
+MEMORY = Stage("choose-memory-config", "per conv and pool block: L1 or DRAM slices (memory/planner.py, on the "
+               "lowered program)")
+STAGES = (MEMORY,)
 
 PASS_NAMES = [p.name for p in default_pipeline()]
