@@ -60,7 +60,7 @@ class CompileResult(Struct):
     validation_s: float | None = None  # how long the validation took (None: not run)
 
 
-class Lowering(Struct, frozen=True):
+class ProgramBuilder(Struct, frozen=True):
     """How a compiled graph becomes a planned program: lowered with the compile's read-back and
     kernel options, its memory chosen for the target (with the forced blocks) and checked to fit.
     The plan is made so, and so is each trial of the precision search (tuning/ cannot import this
@@ -351,7 +351,7 @@ def compile_once(src: Path, out: Path | None, options: CompileOptions, watch: Wa
     if pm.stops_in_graph or (out is None and stop_after is None):
         pm.close(g)
         return result
-    lowering = Lowering(src, chip, options.memory, options.dense or compact_dropped, options.keypoint_capacity,
+    lowering = ProgramBuilder(src, chip, options.memory, options.dense or compact_dropped, options.keypoint_capacity,
                         options.kernels)
     search_report = None
     auto = options.auto

@@ -83,7 +83,7 @@ def test_says_so_when_even_accurate_misses_absolute_thresholds() -> None:
 
 
 def test_real_scorer_on_the_small_export(small_onnx: Path) -> None:
-    from spc.compiler import Lowering
+    from spc.compiler import ProgramBuilder
     from spc.frontend.onnx_import import import_onnx
     from spc.passes.manager import PassContext, PassManager, PipelineOptions
     from spc.passes.pipeline import default_pipeline
@@ -98,7 +98,7 @@ def test_real_scorer_on_the_small_export(small_onnx: Path) -> None:
     evaluate = Evaluator(g, small_onnx, inputs[:1],
                          lambda plan: pm.rerun("choose-precision", g, PassContext(PipelineOptions(precision=plan)),
                                                record=False),
-                         Lowering(small_onnx, get_target("p150")).trial)
+                         ProgramBuilder(small_onnx, get_target("p150")).trial)
     accurate, fast = evaluate(PrecisionPlan("accurate")), evaluate(PrecisionPlan("fast"))
     assert accurate.descriptor_pcc > 0.99 and accurate.score_pcc > 0.99
     assert accurate.f1 > 0.9  # the trial plan has the graph's output roles: its keypoints are compared
@@ -153,7 +153,7 @@ def test_fast_is_not_tried_when_balanced_fails() -> None:
 
 def test_hopeless_partial_scores_fail_and_stop(small_onnx: Path) -> None:
     """A trial stops at the first input that rules it out; an unfinished trial never passes."""
-    from spc.compiler import Lowering
+    from spc.compiler import ProgramBuilder
     from spc.frontend.onnx_import import import_onnx
     from spc.passes.manager import PassContext, PassManager, PipelineOptions
     from spc.passes.pipeline import default_pipeline
@@ -166,7 +166,7 @@ def test_hopeless_partial_scores_fail_and_stop(small_onnx: Path) -> None:
     evaluate = Evaluator(g, small_onnx, calibration_inputs(CALIBRATION_DIR, [1, 3, 120, 160]),
                          lambda plan: pm.rerun("choose-precision", g, PassContext(PipelineOptions(precision=plan)),
                                                record=False),
-                         Lowering(small_onnx, get_target("p150")).trial)
+                         ProgramBuilder(small_onnx, get_target("p150")).trial)
     fast = evaluate(PrecisionPlan("fast"), hopeless=lambda s: True)
     assert not fast.complete and len(fast.f1s) == 1 and evaluate.stats["frames"] == 1
     assert evaluate.failures[fast.inputs[0]] == 1  # that input runs first from now on

@@ -17,7 +17,7 @@ from spc.ttnn.precision import PrecisionPlan
 @pytest.fixture(scope="module")
 def trials(small_onnx: Path):  # type: ignore[no-untyped-def]
     """plan -> (program, tensors) as a precision-search trial lowers and plans it."""
-    from spc.compiler import Lowering
+    from spc.compiler import ProgramBuilder
     from spc.frontend.onnx_import import import_onnx
     from spc.passes.manager import PassContext, PassManager, PipelineOptions
     from spc.passes.pipeline import default_pipeline
@@ -26,7 +26,7 @@ def trials(small_onnx: Path):  # type: ignore[no-untyped-def]
     g = import_onnx(small_onnx)
     pm = PassManager(default_pipeline())
     pm.run(g, PassContext())
-    lowering = Lowering(small_onnx, get_target("p150"))
+    lowering = ProgramBuilder(small_onnx, get_target("p150"))
 
     def make(plan: PrecisionPlan):  # type: ignore[no-untyped-def]
         pm.rerun("choose-precision", g, PassContext(PipelineOptions(precision=plan)), record=False)

@@ -27,7 +27,7 @@ time (memory/cost.py):
    edge: 0.041 F1 lost on a held-out image at 480x640, against 0.018 for this.)
 
 What a trial costs (:class:`Evaluator`): it re-stamps precision on the compiled graph, then
-lowers it and plans its memory again through the compile's own path (compiler.Lowering: its
+lowers it and plans its memory again through the compile's own path (compiler.ProgramBuilder: its
 memory, read-back and kernel options); no re-import, no re-running of the other passes. The
 inputs run one at a time, the one that failed most trials so far first, and a trial stops at
 the first input that rules it out. Device calls whose result an earlier run of the search's current base plan
@@ -163,7 +163,7 @@ class SearchResult(Struct):
 
 
 # a compiled graph -> its planned program, the program's tensors and the planner's walk, as the
-# compile makes them (compiler.Lowering.trial: the compile's memory, read-back and kernel options)
+# compile makes them (compiler.ProgramBuilder.trial: the compile's memory, read-back and kernel options)
 LowerAndPlan = Callable[[Graph], tuple[Program, dict[str, np.ndarray], list[CallRecord]]]
 
 
