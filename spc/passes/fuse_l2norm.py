@@ -25,7 +25,8 @@ import numpy as np
 from spc.ir.graph import Graph, Node, Value
 from spc.ir.ops.infer import axes_from, norm_axis
 from spc.ir.ops.spc_ops import l2_normalize
-from spc.passes.manager import Pass, PassContext, PassResult
+from spc.passes.manager import PassContext
+from spc.passes.region_fusion import RegionFusion
 from spc.passes.semantic_match import (
     Region,
     confirm,
@@ -35,7 +36,6 @@ from spc.passes.semantic_match import (
     evaluate_small,
     find_exit,
     fuse_region,
-    grow_region,
     small_probe,
 )
 from spc.passes.trial_values import TrialValues
@@ -114,43 +114,37 @@ def _search(g: Graph, region: Region, entry: Value, eps: float,
     return None
 
 
-class FuseL2Norm(Pass):
+class FuseL2Norm(RegionFusion):
     name = "fuse-l2norm"
     summary = "x / max(||x||, eps) -> spc.L2Norm"
     requires = ("simplify-shapes",)
     explains = (name,)
     creates = ("spc.L2Norm",)
+    ops = NORM_OPS
 
-    def run(self, g: Graph, ctx: PassContext) -> PassResult:
-        fused, tried = 0, []
-        for entry in [v for v in list(g.values()) if v.type.dtype.is_float and v.type.is_static]:
-            if entry.type.rank < 2 or not any(u.op.name in _STARTS for u in entry.consumers()):
-                continue
-            if entry.producer is not None and entry.producer not in g.nodes:
-                continue
-            tried.append(f"%{entry.name}")
-            attempt = ctx.attempt(self.name, tried[-1])
-            region = grow_region(g, entry, NORM_OPS)
-            eps = region_eps(region)
-            if attempt:
-                attempt.step(describe_region(region))
-                attempt.step(f"eps {eps:g} (from the region's Clip/Max)" if eps else "no eps in the region")
-            misses: list[str] | None = [] if attempt else None
-            match = _search(g, region, entry, eps, misses)
-            if match is None:
-                if attempt:
-                    attempt.stopped("no region value equals x / max(||x||, eps) along an axis: "
-                                    + " ".join(misses or []))
-                continue
-            exit, nodes, axis = match
-            fuse_region(g, nodes, exit, "spc.L2Norm", [entry], {"axis": axis, "eps": eps}, "l2norm")
-            if attempt:
-                attempt.fired(f"%{exit.name} = spc.L2Norm(axis {axis}) over {len(nodes)} node(s)")
-            fused += 1
-            tried.pop()
-        stats: dict = {"fused": fused}
-        if not fused:
-            stats["why_not"] = (f"no value after {', '.join(tried[:3])}{' ...' if len(tried) > 3 else ''} equals "
-                                "x / max(||x||, eps) along an axis" if tried
-                                else "no value feeds a norm (ReduceL2, ReduceSumSquare, Pow or Mul)")
-        return PassResult(fused > 0, stats)
+    def candidate(self, g: Graph, entry: Value) -> tuple[str, None] | None:
+        if not (entry.type.dtype.is_float and entry.type.is_static) or entry.type.rank < 2:
+            return None
+        return (f"%{entry.name}", None) if any(u.op.name in _STARTS for u in entry.consumers()) else None
+
+    def describe(self, region: Region, found: None) -> list[str]:
+        eps = region_eps(region)
+        return [describe_region(region), f"eps {eps:g} (from the region's Clip/Max)" if eps else "no eps in the region"]
+
+    def search(self, g: Graph, region: Region, entry: Value, found: None,
+               misses: list[str] | None) -> tuple[Value, list[Node], int] | None:
+        return _search(g, region, entry, region_eps(region), misses)
+
+    def stopped(self, found: None, misses: list[str]) -> str:
+        return "no region value equals x / max(||x||, eps) along an axis: " + " ".join(misses)
+
+    def fuse(self, g: Graph, ctx: PassContext, region: Region, entry: Value, found: None,
+             match: tuple[Value, list[Node], int], stats: dict) -> str:
+        exit, nodes, axis = match
+        fuse_region(g, nodes, exit, "spc.L2Norm", [entry], {"axis": axis, "eps": region_eps(region)}, "l2norm")
+        return f"%{exit.name} = spc.L2Norm(axis {axis}) over {len(nodes)} node(s)"
+
+    def why_not(self, g: Graph, tried: list[str]) -> str:
+        return (f"no value after {', '.join(tried[:3])}{' ...' if len(tried) > 3 else ''} equals "
+                "x / max(||x||, eps) along an axis" if tried
+                else "no value feeds a norm (ReduceL2, ReduceSumSquare, Pow or Mul)")

@@ -27,17 +27,16 @@ import numpy as np
 
 from spc.ir.graph import Graph, Node, Value
 from spc.ir.ops.spc_ops import score_fold
-from spc.passes.manager import Pass, PassContext, PassResult
+from spc.passes.manager import PassContext
+from spc.passes.region_fusion import RegionFusion
 from spc.passes.semantic_match import (
     Region,
     confirm,
     confirm_small,
-    describe_region,
     evaluate,
     evaluate_small,
     find_exit,
     fuse_region,
-    grow_region,
     small_probe,
 )
 from spc.passes.trial_values import TrialValues
@@ -154,47 +153,41 @@ def _fuse(g: Graph, nodes: list[Node], exit: Value, entry: Value, cell: int) -> 
     return False
 
 
-class FuseScoreFold(Pass):
+class FuseScoreFold(RegionFusion):
     name = "fuse-score-fold"
     summary = "softmax + dustbin drop + depth-to-space -> spc.ScoreFold"
     requires = ("simplify-shapes",)
     explains = (name,)
     creates = ("spc.ScoreFold",)
+    ops = FOLD_OPS
 
-    def run(self, g: Graph, ctx: PassContext) -> PassResult:
-        fused, tried, returned = 0, [], []
-        for entry in [v for v in list(g.values()) if not v.is_const]:
-            cell = fold_cell(entry)
-            if cell is not None and not entry.uses and entry in g.outputs:
-                returned.append(f"%{entry.name}")
-            if cell is None or not entry.uses or (entry.producer is not None and entry.producer not in g.nodes):
-                continue
-            tried.append(f"%{entry.name} ({cell * cell + 1} channels)")
-            attempt = ctx.attempt(self.name, tried[-1])
-            region = grow_region(g, entry, FOLD_OPS)
-            if attempt:
-                attempt.step(describe_region(region))
-            misses: list[str] | None = [] if attempt else None
-            found = _search(g, region, entry, cell, misses)
-            if found is None:
-                if attempt:
-                    attempt.stopped("no region value equals softmax over the channels, dustbin drop and "
-                                    f"depth-to-space ({'; '.join(misses or [])})")
-                continue
-            exit, nodes = found
-            view = _fuse(g, nodes, exit, entry, cell)
-            if attempt:
-                attempt.fired(f"%{exit.name} = spc.ScoreFold over {len(nodes)} node(s)"
-                              + (f", then a view to {list(exit.type.static_shape)}" if view else ""))
-            fused += 1
-            tried.pop()
-        stats: dict = {"fused": fused}
-        if not fused:
-            if tried:
-                stats["why_not"] = (f"nothing after {', '.join(tried)} computes softmax over the channels, dustbin "
-                                    "drop and depth-to-space")
-            elif returned:
-                stats["why_not"] = f"the model returns the logits ({', '.join(returned)}): no fold in the graph"
-            else:
-                stats["why_not"] = "no value with c*c+1 channels (c >= 2)"
-        return PassResult(fused > 0, stats)
+    def candidate(self, g: Graph, entry: Value) -> tuple[str, int] | None:
+        cell = None if entry.is_const else fold_cell(entry)
+        if cell is None or not entry.uses:
+            return None
+        return f"%{entry.name} ({cell * cell + 1} channels)", cell
+
+    def search(self, g: Graph, region: Region, entry: Value, found: int,
+               misses: list[str] | None) -> tuple[Value, list[Node]] | None:
+        return _search(g, region, entry, found, misses)
+
+    def stopped(self, found: int, misses: list[str]) -> str:
+        return ("no region value equals softmax over the channels, dustbin drop and depth-to-space "
+                f"({'; '.join(misses)})")
+
+    def fuse(self, g: Graph, ctx: PassContext, region: Region, entry: Value, found: int,
+             match: tuple[Value, list[Node]], stats: dict) -> str:
+        exit, nodes = match
+        view = _fuse(g, nodes, exit, entry, found)
+        return (f"%{exit.name} = spc.ScoreFold over {len(nodes)} node(s)"
+                + (f", then a view to {list(exit.type.static_shape)}" if view else ""))
+
+    def why_not(self, g: Graph, tried: list[str]) -> str:
+        if tried:
+            return (f"nothing after {', '.join(tried)} computes softmax over the channels, dustbin drop and "
+                    "depth-to-space")
+        returned = [f"%{v.name}" for v in g.values()
+                    if not v.is_const and fold_cell(v) is not None and not v.uses and v in g.outputs]
+        if returned:
+            return f"the model returns the logits ({', '.join(returned)}): no fold in the graph"
+        return "no value with c*c+1 channels (c >= 2)"

@@ -28,19 +28,18 @@ import numpy as np
 
 from spc.ir.graph import Graph, Node, Value
 from spc.ir.ops.spc_ops import nms_rounds
-from spc.passes.manager import Pass, PassContext, PassResult
+from spc.passes.manager import PassContext
+from spc.passes.region_fusion import RegionFusion
 from spc.passes.semantic_match import (
     Region,
     SmallProbe,
     any_equal,
     confirm,
     confirm_small,
-    describe_region,
     evaluate,
     evaluate_small,
     find_exit,
     fuse_region,
-    grow_region,
     small_probe,
 )
 from spc.passes.trial_values import TrialValues
@@ -183,51 +182,44 @@ def _confirmed(region: Region, nodes: list[Node], exit: Value, probe: SmallProbe
     return confirm(region, nodes, exit, big, nms_rounds(big, radius, rounds)[-1])
 
 
-class InsertDeviceNms(Pass):
+class InsertDeviceNms(RegionFusion):
     name = "insert-device-nms"
     summary = "recognise the NMS subgraph by its semantics and replace it with spc.Nms"
     requires = ("fuse-score-fold",)
     explains = (name,)
     creates = ("spc.Nms",)
+    ops = NMS_OPS
 
-    def run(self, g: Graph, ctx: PassContext) -> PassResult:
-        fused, found_rounds, tried, approximated = 0, [], [], []
-        for entry in [v for v in list(g.values()) if v.type.dtype.is_float and v.type.is_static]:
-            if entry.type.rank < 2 or not entry.uses or (entry.producer and entry.producer not in g.nodes):
-                continue
-            radius = pooled_radius(entry)
-            if radius is None:
-                continue
-            tried.append(f"%{entry.name} (radius {radius})")
-            attempt = ctx.attempt(self.name, tried[-1])
-            region = grow_region(g, entry, NMS_OPS)
-            if attempt:
-                attempt.step(describe_region(region))
-            misses: list[str] | None = [] if attempt else None
-            match = _search(g, region, entry, radius, misses)
-            if match is None:
-                if attempt:
-                    attempt.stopped(f"no region value equals NMS (radius {radius}) for 0..{MAX_ROUNDS} rounds: "
-                                    + " ".join(misses or []))
-                continue
-            exit, nodes, rounds = match
-            rounds_used = 0 if ctx.options.nms_single_pass else rounds
-            if rounds_used != rounds:
-                ctx.note(f"insert-device-nms: single-pass NMS replaces the source's {rounds} suppression "
-                         "round(s); results differ on ties and near-peaks: measure with `spc check`")
-            node = fuse_region(g, nodes, exit, "spc.Nms", [entry], {"radius": radius, "iterations": rounds_used}, "nms")
-            if rounds_used != rounds:  # what the compile's validation holds to this op's meaning, not the source's
-                approximated.append(node.output.name)
-            if attempt:
-                attempt.fired(f"%{exit.name} = spc.Nms(radius {radius}, {rounds} round(s)) over {len(nodes)} node(s)")
-            fused += 1
-            found_rounds.append(rounds)
-            tried.pop()
-        stats: dict = {"fused": fused, "source_rounds": found_rounds}
-        if approximated:
-            stats["approximated"] = approximated
-        if not fused:
-            stats["why_not"] = (f"the region after {', '.join(tried)} equals NMS for no number of rounds up to "
-                                f"{MAX_ROUNDS}" if tried
-                                else "no value feeds a stride-1 max pool with an odd square window")
-        return PassResult(fused > 0, stats)
+    def begin(self, stats: dict) -> None:
+        stats["source_rounds"] = []
+
+    def candidate(self, g: Graph, entry: Value) -> tuple[str, int] | None:
+        if not (entry.type.dtype.is_float and entry.type.is_static) or entry.type.rank < 2 or not entry.uses:
+            return None
+        radius = pooled_radius(entry)
+        return None if radius is None else (f"%{entry.name} (radius {radius})", radius)
+
+    def search(self, g: Graph, region: Region, entry: Value, found: int,
+               misses: list[str] | None) -> tuple[Value, list[Node], int] | None:
+        return _search(g, region, entry, found, misses)
+
+    def stopped(self, found: int, misses: list[str]) -> str:
+        return f"no region value equals NMS (radius {found}) for 0..{MAX_ROUNDS} rounds: " + " ".join(misses)
+
+    def fuse(self, g: Graph, ctx: PassContext, region: Region, entry: Value, found: int,
+             match: tuple[Value, list[Node], int], stats: dict) -> str:
+        exit, nodes, rounds = match
+        radius = found
+        rounds_used = 0 if ctx.options.nms_single_pass else rounds
+        if rounds_used != rounds:
+            ctx.note(f"insert-device-nms: single-pass NMS replaces the source's {rounds} suppression "
+                     "round(s); results differ on ties and near-peaks: measure with `spc check`")
+        node = fuse_region(g, nodes, exit, "spc.Nms", [entry], {"radius": radius, "iterations": rounds_used}, "nms")
+        if rounds_used != rounds:  # what the compile's validation holds to this op's meaning, not the source's
+            stats.setdefault("approximated", []).append(node.output.name)
+        stats["source_rounds"].append(rounds)
+        return f"%{exit.name} = spc.Nms(radius {radius}, {rounds} round(s)) over {len(nodes)} node(s)"
+
+    def why_not(self, g: Graph, tried: list[str]) -> str:
+        return (f"the region after {', '.join(tried)} equals NMS for no number of rounds up to {MAX_ROUNDS}" if tried
+                else "no value feeds a stride-1 max pool with an odd square window")
