@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from spc.ttnn.formats import DataFormat, MathFidelity
-from spc.ttnn.numerics import (
+from spc.emulator.numerics import (
     BF16_CONV_ENV,
     bf16_convs,
     bf16_convs_available,
@@ -30,6 +29,7 @@ from spc.ttnn.numerics import (
     round_bf16_reference,
     store_bf16_,
 )
+from spc.ttnn.formats import DataFormat, MathFidelity
 
 needs_bf16_convs = pytest.mark.skipif(not bf16_convs_available(),
                                       reason="oneDNN has no bf16 convolutions on this CPU: only the fp32 path runs")
@@ -187,7 +187,7 @@ def test_bf16_path_steps_aside_for_what_it_does_not_model() -> None:
 
 
 def test_bf16_path_choice(monkeypatch: pytest.MonkeyPatch) -> None:
-    from spc.ttnn import numerics
+    from spc.emulator import numerics
 
     monkeypatch.setenv(BF16_CONV_ENV, "0")
     assert not bf16_convs()
@@ -198,7 +198,7 @@ def test_bf16_path_choice(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _topk_case(x: torch.Tensor, k: int, largest: bool) -> None:
-    from spc.runtime.emu_ops import topk, topk_reference
+    from spc.emulator.device import topk, topk_reference
 
     a = {"dim": -1, "k": k, "largest": largest}
     for got, want in zip(topk([x], {}, a), topk_reference([x], {}, a)):
@@ -223,7 +223,7 @@ def test_topk_keeps_the_stable_sort_order() -> None:
 @pytest.mark.parametrize("pool", [((2, 2), (2, 2), (0, 0)), ((9, 9), (1, 1), (4, 4)), ((3, 2), (1, 1), (1, 0)),
                                   ((3, 3), (2, 2), (1, 1))], ids=str)
 def test_max_pool_on_stored_values_is_the_reference(pool: tuple) -> None:
-    from spc.runtime.emu_ops import max_pool2d, max_pool2d_of_stored
+    from spc.emulator.device import max_pool2d, max_pool2d_of_stored
 
     kernel, stride, padding = pool
     for c, h, w in ((1, 30, 41), (16, 12, 10)):

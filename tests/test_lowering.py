@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from spc.emulator.device import EMULATIONS
 from spc.ir.interpreter import evaluate_graph
 from spc.lowering.lower import LOWERINGS, find_probes, lower
 from spc.passes.manager import PassContext
 from spc.passes.partition_host_device import PartitionHostDevice
 from spc.plan.io import Plan
-from spc.runtime.emu_ops import EMULATIONS
 from spc.runtime.runner import Runner
 from tests.conftest import ir
 
@@ -50,7 +50,7 @@ def test_conv2d(act: str, s: int, oh: int, ow: int) -> None:
     got, want, calls = run_lowered(CONV.format(act=act, s=s, oh=oh, ow=ow), x, w=w, b=b)
     assert calls == ["ttnn.conv2d"]
     # exact products, fp32 accumulation within a kernel row, bf16 packs between rows and around
-    # the bias add (ttnn/numerics.py): a few bf16 ulps of the partial sums
+    # the bias add (emulator/numerics.py): a few bf16 ulps of the partial sums
     np.testing.assert_allclose(got, want, rtol=0, atol=2**-6 * float(np.abs(want).max()))
 
 

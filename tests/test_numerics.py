@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spc.ttnn.formats import DataFormat, MathFidelity
-from spc.ttnn.numerics import (
+from spc.emulator.numerics import (
     operand_phases,
     round_bf16,
     round_block_float,
     round_storage,
     truncate_mantissa,
 )
+from spc.ttnn.formats import DataFormat, MathFidelity
 
 
 def t(*values: float) -> torch.Tensor:
@@ -89,7 +89,7 @@ def test_fidelity_phases_of_one_product(fidelity: str, want: float) -> None:
 
 
 def _conv(x, w, b=None, **kw):
-    from spc.ttnn.numerics import conv2d_device
+    from spc.emulator.numerics import conv2d_device
 
     args = dict(stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1, fidelity=MathFidelity.HIFI4,
                 fp32_acc=True, out_fmt=DataFormat.BFLOAT16)
@@ -137,7 +137,7 @@ def test_partials_are_packed_between_kernel_rows() -> None:
 
 
 def test_bfp8_weights_share_exponents_across_output_channels() -> None:
-    from spc.ttnn.numerics import conv_weight_storage
+    from spc.emulator.numerics import conv_weight_storage
 
     w = torch.zeros(32, 2, 1, 1)
     w[0, 0] = 100.0   # output channel 0 of tap (0, 0, cin 0) ...

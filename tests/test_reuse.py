@@ -98,8 +98,8 @@ def test_a_call_the_planner_rewrote_is_not_shared(trials) -> None:  # type: igno
 
 
 def test_weights_are_prepared_once_while_entered(trials) -> None:  # type: ignore[no-untyped-def]
+    import spc.emulator.device as emu_ops
     import spc.runtime.emu as emu
-    import spc.runtime.emu_ops as emu_ops
 
     program, tensors = trials(PrecisionPlan("accurate"))
     distinct = len({name for op in program.device_ops for name in op.weights.values()})

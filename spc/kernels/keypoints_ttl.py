@@ -1,6 +1,6 @@
 """``keypoint_corners`` in TT-Lang (kernels/keypoints.py has the reference and the stock calls):
 float32 element-wise arithmetic on [1, K] blocks; constants are filled blocks (TT-Lang takes no
-scalar operands). Simulated in the test suite by kernels/simulate.py, against the reference."""
+scalar operands). Simulated in the test suite by emulator/kernel_sim.py, against the reference."""
 
 from __future__ import annotations
 

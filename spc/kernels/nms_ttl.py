@@ -1,6 +1,6 @@
 """The NMS kernels in TT-Lang (``ttl``), on the score map as an [H, W] tensor of 32x32 tiles.
 
-Runs in tt-lang-sim (kernels/simulate.py, in the test suite) and is written for tt-lang's compiler:
+Runs in tt-lang-sim (emulator/kernel_sim.py, in the test suite) and is written for tt-lang's compiler:
 TILE layout only (the compiler rejects row-major operands: tt-lang issue #173), whole-tile copies,
 one compute and two data-movement kernels per operation. Each output tile row is one block of
 ``bc`` tiles, spread round-robin over the grid's nodes.

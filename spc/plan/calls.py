@@ -4,7 +4,7 @@ keyword arguments with their types and ranges, as data.
 This is the contract's closed set (plan/schema.py validates a plan's JSON against it before
 anything reads the plan): the lowering emits only these calls, the backends and `spc emit-py`
 execute or print only these, and a plan naming anything else is refused. A new call is a row
-here, a lowering, an emulation (runtime/emu_ops.py) and a spelling (ttnn/calls.py);
+here, a lowering, an emulation (emulator/device.py) and a spelling (ttnn/calls.py);
 the compiler checks every plan it writes against the schema (compiler.py _check_plan), so every
 call the lowering emits over ONNX's conformance cases and the corpus is checked in their tests;
 tests/test_plan_schema.py edits a real plan's calls one field at a time.

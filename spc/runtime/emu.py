@@ -1,4 +1,4 @@
-"""The ``emu`` backend: the device stage on the CPU, with the device's numerics (emu_ops.py).
+"""The ``emu`` backend: the device stage on the CPU, with the device's numerics (emulator/device.py).
 
 ``prepare`` converts weights and binds every call once, the way a captured trace fixes a
 device program; ``run`` only replays the bound calls.
@@ -17,9 +17,7 @@ import numpy as np
 import torch
 from msgspec import Struct
 
-from spc.errors import SpcError
-from spc.plan.program import Program, TtOp
-from spc.runtime.emu_ops import (
+from spc.emulator.device import (
     EMULATIONS,
     HOLDING_BF16,
     MASKS,
@@ -30,8 +28,10 @@ from spc.runtime.emu_ops import (
     TAKES_HELD_BF16,
     prepare_weight,
 )
+from spc.emulator.numerics import round_storage, round_storage_reference
+from spc.errors import SpcError
+from spc.plan.program import Program, TtOp
 from spc.ttnn.formats import DataFormat
-from spc.ttnn.numerics import round_storage, round_storage_reference
 
 Call = Callable[[list[torch.Tensor]], Any]
 
@@ -39,7 +39,7 @@ Call = Callable[[list[torch.Tensor]], Any]
 class _Bound(Struct):
     """A bound call: ``fn`` takes and returns float32 tensors (as callers outside see them);
     ``held``, which :meth:`EmuProgram.run` calls, the same values, some of them held in bf16
-    (emu_ops.HOLDING_BF16)."""
+    (emulator/device.HOLDING_BF16)."""
 
     op: TtOp
     fn: Call

@@ -1,7 +1,7 @@
 """What each ttnn call computes, in numpy, exactly: float32 values, no storage rounding.
 
 This is a program's meaning as ttnn defines it (ttnn's own golden functions compute the same,
-in torch), not the device's numerics (runtime/emu_ops.py models those). ``spc compile`` runs
+in torch), not the device's numerics (emulator/device.py models those). ``spc compile`` runs
 the lowered program with it to check that the program computes what the source graph computes
 (validation/translation.py), so it needs numpy only: the compile imports no torch.
 

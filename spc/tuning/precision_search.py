@@ -6,7 +6,7 @@ and descriptor PCC within 0.001 of what the `accurate` plan gets on that input (
 few inputs let the greedy search walk to the edge and lose 0.05 F1 on other images). Absolute
 floors may be given instead (--min-f1 on the median, --min-desc-pcc on the worst input).
 
-The search, measured with the emulator (ttnn/numerics.py) and ranked by the predicted device
+The search, measured with the emulator (emulator/numerics.py) and ranked by the predicted device
 time (memory/cost.py):
 
 1. `accurate`, to anchor the thresholds, then the preset `balanced`, and `fast` if `balanced`

@@ -20,7 +20,7 @@ from tests.test_ttnn_mock import ROOT
 
 def test_tt_lang_kernels_match_their_references_exactly() -> None:
     # its own process: the simulator rebinds torch.bfloat16 for the whole process
-    done = subprocess.run([sys.executable, "-m", "spc.kernels.simulate", "--json"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "spc.emulator.kernel_sim", "--json"], capture_output=True, text=True,
                           check=False, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
@@ -82,9 +82,9 @@ def test_keypoint_corners_reference_is_its_composed_calls() -> None:
     they must agree bit for bit (kernels/keypoints.py)."""
     import torch
 
+    from spc.emulator.device import EMULATIONS
     from spc.kernels import KERNELS
     from spc.plan.program import TtOp
-    from spc.runtime.emu_ops import EMULATIONS
 
     q = {"inner": 632, "border": 4, "wc": 80, "hc": 60, "half_cell": 3.5, "sx": 79 / 635.5, "sy": 59 / 475.5}
     p = torch.arange(0, 472 * 632, 37, dtype=torch.float32)[None]

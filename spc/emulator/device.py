@@ -1,7 +1,7 @@
 """ttnn calls emulated on the CPU with torch.
 
 An emulation is ``fn(inputs, weights, args) -> tensor`` and returns the op's result before
-storage; the emu program then stores it in the call's ``dtype`` (ttnn/numerics.py:
+storage; the emu program then stores it in the call's ``dtype`` (emulator/numerics.py:
 round_storage), as the device packs outputs. conv2d models the matrix engine itself (fidelity
 phases, accumulation, packing between K blocks: numerics.conv2d_device). Masks are 0/1 tensors,
 as ttnn's comparison ops return them. Weights are converted once by ``prepare_weight``, as ttnn
@@ -18,9 +18,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from spc.emulator.numerics import conv2d_device, conv2d_device_reference, conv_weight_storage, round_storage
 from spc.ttnn.configs import Activation
 from spc.ttnn.formats import DataFormat
-from spc.ttnn.numerics import conv2d_device, conv2d_device_reference, conv_weight_storage, round_storage
 
 Emulation = Callable[[list[torch.Tensor], dict[str, torch.Tensor], dict[str, Any]], torch.Tensor]
 EMULATIONS: dict[str, Emulation] = {}

@@ -1,6 +1,6 @@
 """Run the TT-Lang kernels in tt-lang-sim against their references, bit for bit.
 
-    .venv/bin/python -m spc.kernels.simulate [--json]
+    .venv/bin/python -m spc.emulator.kernel_sim [--json]
 
 Inputs: random maps quantised to 16 levels (many ties, negative values and -0.0 included), a
 natural image's grey levels as a score map, and the NMS chain's own intermediates on it (0/1
@@ -123,8 +123,8 @@ def _blend(torch: Any, ttnn: Any) -> list[dict[str, Any]]:
     """descriptor_blend on four gathered descriptor sets: random ones (bfloat16) and the rows of a
     natural image's 8x8 patches, L2-normalised as the descriptor map is; weights as a bilinear
     sample gives them. bfloat16 stored natively here (the simulator otherwise keeps float32)."""
+    from spc.emulator.numerics import round_bf16  # bit arithmetic: unaffected by the rebinding
     from spc.kernels import KERNELS, keypoints_ttl
-    from spc.ttnn.numerics import round_bf16  # bit arithmetic: unaffected by the rebinding
 
     ttnn.set_disable_float32_promotion(True)
     out = []
