@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from spc.cli import main
 from spc.errors import SpcError
-from spc.frontend import validate
+from spc.frontend import shape_inference, validate
 from spc.frontend.onnx_import import import_onnx
 
 F32 = TensorProto.FLOAT
@@ -107,7 +107,7 @@ def assert_one_line_error(code: int, err: str, *contains: str) -> None:
 
 # -- models that must still import ----------------------------------------------------------------
 def test_a_valid_model_imports_with_its_weights(tmp_path: Path) -> None:
-    """Shape inference sees the model without its large float weights (validate._shape_view): the
+    """Shape inference sees the model without its large float weights (shape_inference._shape_view): the
     weights come back intact, and a shape chain still resolves."""
     weights = np.arange(8 * 9, dtype=np.float32).reshape(8, 1, 3, 3)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
@@ -121,7 +121,7 @@ def test_a_valid_model_imports_with_its_weights(tmp_path: Path) -> None:
 
 
 def test_without_a_child_process_inference_runs_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(validate.sys, "executable", str(tmp_path / "no-python"))
+    monkeypatch.setattr(shape_inference.sys, "executable", str(tmp_path / "no-python"))
     assert str(import_onnx(write(tmp_path, conv())).outputs[0].type) == "f32[1,2,6,6]"
 
 
@@ -282,7 +282,7 @@ def test_data_propagation_that_exhausts_memory_falls_back(tmp_path: Path, monkey
     """A Range of 2**62 elements makes onnx's data propagation allocate until the child's memory
     limit (lowered here to keep the test quick); inference runs again without it and spc's
     caps name the node."""
-    monkeypatch.setattr(validate, "INFER_MEMORY_BYTES", 256 << 20)
+    monkeypatch.setattr(shape_inference, "INFER_MEMORY_BYTES", 256 << 20)
     nodes = [helper.make_node("Range", ["a", "b", "c"], ["q"], name="range"),
              helper.make_node("Cast", ["q"], ["qf"], to=F32), helper.make_node("Add", ["x", "qf"], ["y"])]
     inits = [const("a", np.int64(0)), const("b", np.int64(2**62)), const("c", np.int64(1))]
@@ -309,21 +309,21 @@ def in_fresh_process(code: str) -> str:
 
 def test_a_refusal_ends_the_inference_started_beside_the_checks(tmp_path: Path) -> None:
     """The importer starts onnx's inference in a forked child before its own checks
-    (validate.Inference); when a check refuses the model, its refusal is the error and the child
+    (shape_inference.Inference); when a check refuses the model, its refusal is the error and the child
     is ended and reaped."""
     nodes = [helper.make_node("Relu", ["x"], ["y"], name="a"), helper.make_node("Relu", ["x"], ["y"], name="b")]
     path = write(tmp_path, model(nodes, [vi("x", [4])], [vi("y", None)]))
     code = f"""
 import os, sys
 from spc.errors import SpcError
-from spc.frontend import validate
+from spc.frontend import shape_inference
 from spc.frontend.onnx_import import import_onnx
 ended = []
-cancel = validate.Inference.cancel
+cancel = shape_inference.Inference.cancel
 def watched(self):
     ended.append(self.child.pid)
     cancel(self)
-validate.Inference.cancel = watched
+shape_inference.Inference.cancel = watched
 try:
     import_onnx(__import__("pathlib").Path({str(path)!r}))
 except SpcError as exc:
@@ -344,13 +344,13 @@ def test_an_inference_that_finished_during_slow_checks_is_not_taken_for_a_slow_o
     path = write(tmp_path, model(nodes, [vi("x", [2, 3])], [vi("y", None)]))
     code = f"""
 import time
-from spc.frontend import onnx_import, validate
-validate.INFER_TIMEOUT_S = 1.0
+from spc.frontend import onnx_import, shape_inference, validate
+shape_inference.INFER_TIMEOUT_S = 1.0
 checks = validate.onnx_check_nodes
 validate.onnx_check_nodes = lambda *a: (time.sleep(1.5), checks(*a))
 again = []
-infer = validate._infer_in_child
-validate._infer_in_child = lambda *a: (again.append(a[2]), infer(*a))[1]
+infer = shape_inference._infer_in_child
+shape_inference._infer_in_child = lambda *a: (again.append(a[2]), infer(*a))[1]
 g = onnx_import.import_onnx(__import__("pathlib").Path({str(path)!r}))
 assert not again, again
 print(g.outputs[0].type)
@@ -364,13 +364,13 @@ def test_an_interrupted_wait_ends_the_inference_child(tmp_path: Path) -> None:
     path = write(tmp_path, conv())
     code = f"""
 import os, selectors
-from spc.frontend import onnx_import, validate
+from spc.frontend import onnx_import, shape_inference
 def interrupted(self, timeout=None):
     raise KeyboardInterrupt
 selectors.DefaultSelector.select = interrupted
 pids = []
-fork = validate._fork_inference
-validate._fork_inference = lambda *a: (lambda c: (pids.append(c.pid), c)[1])(fork(*a))
+fork = shape_inference._fork_inference
+shape_inference._fork_inference = lambda *a: (lambda c: (pids.append(c.pid), c)[1])(fork(*a))
 before = set(os.listdir("/proc/self/fd"))
 try:
     onnx_import.import_onnx(__import__("pathlib").Path({str(path)!r}))

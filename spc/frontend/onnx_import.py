@@ -17,7 +17,7 @@ import numpy as np
 from msgspec import Struct, field
 
 from spc.errors import SpcError
-from spc.frontend import onnx_proto, validate
+from spc.frontend import onnx_proto, shape_inference, validate
 from spc.frontend.validate import MAX_ELEMENTS, MAX_RANK, node_label, show
 from spc.ir import ops
 from spc.ir.graph import Graph, Value
@@ -89,7 +89,7 @@ def import_model(model, path: Path, name: str = "superpoint", input_shape: list[
     opset = _default_opset(model, path)
     # the child inferring shapes works while the checks run here (a fixed input shape changes the
     # model first); a refusal ends it
-    started = validate.Inference.start(model) if isolate and input_shape is None else None
+    started = shape_inference.Inference.start(model) if isolate and input_shape is None else None
     try:
         validate.check_strings(model, path)
         _check_supported(model, opset, path)
@@ -103,7 +103,7 @@ def import_model(model, path: Path, name: str = "superpoint", input_shape: list[
         if started is not None:
             started.cancel()
         raise
-    inferred = validate.infer_shapes(model, path, isolate, started)
+    inferred = shape_inference.infer_shapes(model, path, isolate, started)
     return _Importer(inferred, name, path, opset).run()
 
 
