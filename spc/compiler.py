@@ -352,7 +352,7 @@ def compile_once(src: Path, out: Path | None, options: CompileOptions, watch: Wa
         pm.close(g)
         return result
     lowering = ProgramBuilder(src, chip, options.memory, options.dense or compact_dropped, options.keypoint_capacity,
-                        options.kernels)
+                              options.kernels)
     search_report = None
     auto = options.auto
     if auto is not None:

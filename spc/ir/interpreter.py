@@ -59,12 +59,7 @@ def run(steps: Iterable[Step], env: dict[Hashable, np.ndarray], constants: Mappi
     after its last reader (the next results reuse its memory: fresh pages cost)."""
     constants = constants or {}
     steps = list(steps)
-    last: dict[Hashable, int] = {}
-    if keep is not None:
-        for i, s in enumerate(steps):
-            for k in (*s.inputs, *s.outputs):
-                if k is not None and k not in keep and k not in env:
-                    last[k] = i
+    drops = dropped_after(steps, {*keep, *env}, lambda s: (*s.inputs, *s.outputs)) if keep is not None else None
     with np.errstate(all="ignore") if quiet else contextlib.nullcontext():
         for i, s in enumerate(steps):
             args = []
@@ -83,11 +78,24 @@ def run(steps: Iterable[Step], env: dict[Hashable, np.ndarray], constants: Mappi
                 raise NodeFailed(s.name, s.op.name, exc) from exc
             for k, r in zip(s.outputs, results):
                 env[k] = np.asarray(r)
-            if last:
-                for k in (*s.inputs, *s.outputs):
-                    if last.get(k) == i:
-                        env.pop(k, None)
+            for k in drops[i] if drops else ():
+                env.pop(k, None)  # a constant is read from constants, never held in env
     return env
+
+
+def dropped_after(steps: Sequence[Any], kept: Collection[Hashable],
+                  names: Callable[[Any], Iterable[Hashable | None]]) -> list[list[Hashable]]:
+    """For each step, the values (of those ``names`` gives: what it reads and makes) that no later
+    step names and that are not ``kept``: what a run may let go of once the step is done."""
+    last: dict[Hashable, int] = {}
+    for i, s in enumerate(steps):
+        for k in names(s):
+            if k is not None and k not in kept:
+                last[k] = i
+    out: list[list[Hashable]] = [[] for _ in steps]
+    for k, i in last.items():
+        out[i].append(k)
+    return out
 
 
 def demanded(nodes: Sequence[Any], wanted: Iterable[Hashable], given: Collection[Hashable],

@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Mapping
 import numpy as np
 
 from spc.errors import SpcError
-from spc.ir.interpreter import demanded
+from spc.ir.interpreter import demanded, dropped_after
 from spc.plan.program import Program, TtOp
 from spc.ttnn.semantics import MEANINGS
 
@@ -43,13 +43,8 @@ def run_device(program: Program, weights: Mapping[str, np.ndarray], inputs: Mapp
     env.update(given)
     wanted = list(wanted)
     run = needed(flat_ops(program) if calls is None else calls, wanted, given)
-    last: dict[str, int] = {}
-    if keep is not None:
-        kept = {*keep, *wanted, *env}
-        for i, op in enumerate(run):
-            for x in (*op.inputs, *op.results):
-                if x not in kept:
-                    last[x] = i
+    drops = dropped_after(run, {*keep, *wanted, *env}, lambda op: (*op.inputs, *op.results)) if keep is not None \
+        else None
     for i, op in enumerate(run):
         fn = MEANINGS.get(op.op)
         if fn is None:
@@ -61,7 +56,6 @@ def run_device(program: Program, weights: Mapping[str, np.ndarray], inputs: Mapp
         except (ValueError, IndexError, TypeError) as exc:  # arguments that do not fit the tensors: a bug
             raise SpcError(f"{op.op} (from node {op.source}) cannot run on its inputs "
                            f"{[list(np.shape(i)) for i in ins]}: {exc}") from None
-        for x in (*op.inputs, *op.results):
-            if last.get(x) == i:
-                env.pop(x, None)
+        for x in drops[i] if drops else ():
+            env.pop(x, None)
     return env
