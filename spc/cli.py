@@ -53,8 +53,8 @@ def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             with warnings.catch_warnings():  # numpy's remarks on a hostile model's NaNs are not the user's
                 warnings.simplefilter("ignore", RuntimeWarning)
                 return fn(*args, **kwargs)
-        except SpcError as exc:
-            click.echo(f"spc: error: {exc}", err=True)
+        except SpcError as exc:  # one line, whatever the message quotes (an option's value may hold a line break)
+            click.echo("spc: error: " + str(exc).replace("\r", "\\r").replace("\n", "\\n"), err=True)
             sys.exit(1)
         except KeyboardInterrupt:
             click.echo("spc: interrupted", err=True)

@@ -119,6 +119,8 @@ def test_stop_after_and_print_ir(small_onnx: Path, tmp_path: Path) -> None:
     assert not small_onnx.with_name("sp.ttplan.part").exists()
     code, _, err = spc("compile", small_onnx, "--stop-after", "no-such-pass")
     assert_one_line_error(code, err, contains="no such pass")
+    code, _, err = spc("compile", small_onnx, "--stop-after", "a\rb\nc")  # a value with line breaks: one line
+    assert_one_line_error(code, err, contains="--stop-after a\\rb\\nc: no such pass")
 
 
 def test_stop_after_the_memory_stage_dumps_it_and_writes_no_plan(small_onnx: Path, tmp_path: Path) -> None:
@@ -137,7 +139,8 @@ def test_disable_pass_lowers_its_region_op_by_op_and_the_manifest_says_so(small_
     code, _, _ = spc("compile", small_onnx, "-o", tmp_path / "e.ttplan")
     assert code == 0 and "disabled_passes" not in read_plan(tmp_path / "e.ttplan").manifest["options"]
     for name, why in [("nope", "no such pass"), ("simplify-shapes", "fuse-score-fold requires it"),
-                      ("choose-memory-config", "needs its memory configurations")]:
+                      ("choose-memory-config", "needs its memory configurations"),
+                      ("fuse\nkeypoints", "--disable-pass fuse\\nkeypoints: no such pass")]:  # still one line
         code, _, err = spc("compile", small_onnx, "-o", tmp_path / "f.ttplan", "--disable-pass", name)
         assert_one_line_error(code, err, contains=why)
         assert not (tmp_path / "f.ttplan").exists()
