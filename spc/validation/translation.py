@@ -208,8 +208,8 @@ def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, n
 
 def start(source: Source, g: Graph, program: Program, tensors: Mapping[str, np.ndarray],
           approximated: Collection[str] = (), seed: int = 0) -> Pending:
-    """:func:`validate` begun: the source's run and the window checks go to a forked child
-    (spc/forked.py) while this process runs the plan's device calls; :meth:`Pending.verdict`
+    """:func:`validate` begun: the source's run goes to a forked child (spc/forked.py) while this
+    process runs the plan's device calls; :meth:`Pending.verdict` runs the window checks, then
     compares. Between the two the caller may do its own work (the compiler checks and serialises
     the plan)."""
     t0 = time.perf_counter()
@@ -258,10 +258,7 @@ def start(source: Source, g: Graph, program: Program, tensors: Mapping[str, np.n
             raise SpcError(f"validation: the source graph does not run on a seeded image ({exc})") from None
         return [{k: v for k, v in e.items() if k in keep} for e in srcs]
 
-    def in_child() -> tuple[list[dict[str, np.ndarray]], Departure | Exception | None]:
-        return source_side(), _windows(g, program, tensors, source)
-
-    child = Forked.start(in_child)
+    child = Forked.start(source_side)
     try:
         host: dict[str, np.ndarray] = {spec.name: image}
         try:
@@ -306,14 +303,17 @@ class Pending(Struct):
         t0 = time.perf_counter()
         child, self.child = self.child, None
         try:
-            srcs, windows = child.result(CHILD_TIMEOUT_S) if child is not None else (None, None)
+            # here while the child runs the source: its run is the longer of the two sides
+            windows = _windows(self.g, self.program, self.tensors, self.source)
+            srcs = child.result(CHILD_TIMEOUT_S) if child is not None else None
         except ChildFailed:  # the child died (out of memory, killed) or hangs: its work here
-            srcs = windows = None
+            srcs = None
         except BaseException:
-            self.cancel()
+            if child is not None:
+                child.cancel()
             raise
         if srcs is None:
-            srcs, windows = self.source_side(), _windows(self.g, self.program, self.tensors, self.source)
+            srcs = self.source_side()
         program, g, dev, host, verdict = self.program, self.g, self.dev, self.host, self.state
         src = srcs[0]
         selected, rounded = _after(g, SELECTIONS), _after(g, ROUNDINGS)
