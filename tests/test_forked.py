@@ -106,3 +106,37 @@ def test_the_validation_through_the_forked_child_catches_a_planted_wrong_lowerin
         print("forked", len(started))
     """, tmp_path)
     assert "forked" in out
+
+
+def test_an_interrupted_validation_ends_its_child(tmp_path: Path) -> None:
+    """Ctrl-C while this process runs the window checks (the child still on the source side):
+    the child is ended and reaped, not left running."""
+    out = _py("""
+        import os, sys
+        from pathlib import Path
+        tmp, tests = Path(sys.argv[1]), sys.argv[2]
+        sys.path.insert(0, tests)
+        import spc.forked
+        from spc.compiler import compile_onnx
+        from spc.validation import translation
+        from test_translation_validation import _fold_model
+
+        started = []
+        real = spc.forked.Forked.start.__func__
+        spc.forked.Forked.start = classmethod(lambda cls, fn: started.append(real(cls, fn)) or started[-1])
+
+        def interrupted(*args):
+            raise KeyboardInterrupt
+        translation._windows = interrupted
+        try:
+            compile_onnx(_fold_model(tmp / "fold.onnx", channels_last=False), tmp / "fold.ttplan")
+        except KeyboardInterrupt:
+            print("interrupted")
+        assert started and started[-1] is not None, started
+        try:
+            os.waitpid(started[-1].pid, os.WNOHANG)
+        except ChildProcessError:
+            print("reaped")
+        assert not (tmp / "fold.ttplan").exists()
+    """, tmp_path)
+    assert "interrupted" in out and "reaped" in out, out
