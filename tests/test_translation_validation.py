@@ -170,11 +170,11 @@ def test_the_conv_layout_holds_only_maps_it_reads_as_maps() -> None:
 
 
 def test_semantics_agree_with_the_interpreter_on_windows() -> None:
-    """ttnn/semantics.py's convolution and pools against the IR's own ONNX meanings."""
+    """The convolution's and pools' meanings (ttnn/calls/window.py) against the IR's own ONNX meanings."""
     from spc.ir import ops
+    from spc.ttnn.calls import MEANINGS
     from spc.ttnn.configs import Activation, ComputeConfig, Conv2dConfig
     from spc.ttnn.formats import DataFormat
-    from spc.ttnn.semantics import MEANINGS
 
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 3, 7, 9)).astype(np.float32)

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from spc.emulator.numerics import conv2d_device, conv2d_device_reference, conv_weight_storage, round_storage
+from spc.ttnn.calls import CALLS
 from spc.ttnn.configs import Activation
 from spc.ttnn.formats import DataFormat
 
@@ -45,18 +46,13 @@ def reference(name: str) -> Callable[[Emulation], Emulation]:
     return wrap
 
 
-# calls whose emulation already returns stored values: data movement, and conv2d (which models
-# its own packing, numerics.conv2d_device)
-STORED_BY_EMULATION = {"ttnn.reshape", "ttnn.permute", "ttnn.slice", "ttnn.to_layout", "ttnn.to_memory_config",
-                       "ttnn.topk", "ttnn.embedding", "ttnn.conv2d", "ttnn.concat", "ttnn.expand", "ttnn.repeat",
-                       "ttnn.transpose", "ttnn.pad"}
-# calls whose values are their inputs' (data movement, selection): stored values in, stored values
-# out, in the same format; the emu program tracks formats by them (emu.py: _result_format)
-MOVES_VALUES = {"ttnn.reshape", "ttnn.permute", "ttnn.slice", "ttnn.to_layout", "ttnn.to_memory_config",
-                "ttnn.concat", "ttnn.expand", "ttnn.repeat", "ttnn.transpose", "ttnn.max_pool2d"}
-# calls whose results are 0/1 masks: exact in bfloat16 and float32, storing them changes nothing
-MASKS = {"ttnn.eq", "ttnn.ne", "ttnn.gt", "ttnn.ge", "ttnn.lt", "ttnn.le", "ttnn.gtz", "ttnn.logical_not",
-         "ttnn.logical_and", "ttnn.logical_or", "ttnn.logical_xor"}
+# the calls' traits the emu program reads (ttnn/calls: each call's definition): whose emulation
+# already returns stored values (data movement; conv2d models its own packing), whose values are
+# their inputs' (the emu program tracks formats by them: emu.py _result_format), whose results are
+# 0/1 masks (exact in bfloat16 and float32: storing them changes nothing)
+STORED_BY_EMULATION = frozenset(name for name, d in CALLS.items() if d.stores)
+MOVES_VALUES = frozenset(name for name, d in CALLS.items() if d.moves_values)
+MASKS = frozenset(name for name, d in CALLS.items() if d.mask)
 
 
 def prepare_weight(array: np.ndarray, dtype: DataFormat) -> torch.Tensor:
@@ -163,8 +159,7 @@ OF_STORED = {"ttnn.max_pool2d": max_pool2d_of_stored}
 # tensors, and the calls whose emulations (and OF_STORED's) take them as they are: data movement,
 # and max-pool on stored values, which selects; every other call is given float32 copies (emu.py).
 HOLDING_BF16 = {"ttnn.conv2d": conv2d_held}
-TAKES_HELD_BF16 = {"ttnn.reshape", "ttnn.permute", "ttnn.slice", "ttnn.to_layout", "ttnn.to_memory_config",
-                   "ttnn.concat", "ttnn.expand", "ttnn.repeat", "ttnn.transpose", "ttnn.max_pool2d", "ttnn.conv2d"}
+TAKES_HELD_BF16 = frozenset(name for name, d in CALLS.items() if d.takes_bf16)
 
 
 @emulates("ttnn.softmax")

@@ -18,20 +18,13 @@ from msgspec import Struct, field
 from spc.ir.graph import Value
 from spc.memory.calls import result_in_dram
 from spc.plan.program import DeviceConstant, TtOp
+from spc.ttnn.calls import CALLS
 from spc.ttnn.configs import PageLayout
 from spc.ttnn.formats import DataFormat
 from spc.ttnn.layout import DeviceLayout, Form, Layout, PlainLayout
 from spc.ttnn.memory import DRAM_INTERLEAVED
 
 INPUT_DTYPE = DataFormat.BFLOAT16
-
-# the layout a call leaves its result in, where it is not its first input's (measured on the mock
-# p150: conv2d is asked for TILE; max_pool2d, argmax and upsample give ROW_MAJOR; reductions and
-# softmax give TILE whatever they read)
-_TILED_RESULT = {"ttnn.conv2d": True, "ttnn.max_pool2d": False, "ttnn.avg_pool2d": False, "ttnn.argmax": False,
-                 "ttnn.upsample": False, "ttnn.softmax": True, "ttnn.sum": True, "ttnn.mean": True, "ttnn.max": True,
-                 "ttnn.min": True, "ttnn.matmul": True, "ttnn.topk": True, "ttnn.global_avg_pool2d": True}
-
 
 class Emitter(Struct):
     """The ttnn calls of a program as they are emitted, and what is known of each tensor."""
@@ -64,7 +57,8 @@ class Emitter(Struct):
         if op == "ttnn.to_layout":
             self.tiles[output] = args["layout"] is PageLayout.TILE
         else:
-            self.tiles[output] = _TILED_RESULT.get(op, self.tiles.get(inputs[0], False) if inputs else False)
+            tiled = CALLS[op].tiled  # the call's result layout, or its input's (ttnn/calls)
+            self.tiles[output] = tiled if tiled is not None else self.tiles.get(inputs[0], False) if inputs else False
         # where the call leaves its result: as the memory planner reads it (memory/calls.py)
         self.in_dram[output] = result_in_dram(self.ops[-1], self.in_dram.get(inputs[0], True) if inputs else True)
         return output

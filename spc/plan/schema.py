@@ -1,7 +1,7 @@
 """The plan's schema: what manifest.json and program.json may hold, checked (msgspec) before
 anything reads them.
 
-Closed sets everywhere the runtime branches: call names and their arguments (plan/calls.py), host
+Closed sets everywhere the runtime branches: call names and their arguments (ttnn/calls), host
 op names (the IR's registry), data formats, layouts, memory configurations, targets. Names are
 bounded printable strings; shapes are positive and bounded, per dimension and in elements; lists
 and nesting are bounded. What a plan's parts say about each other (every tensor read is made
@@ -22,7 +22,8 @@ import msgspec
 from msgspec import Meta, Struct
 
 from spc.errors import SpcError
-from spc.plan.calls import CALLS, MAX_DIM, MAX_RANK, Format, MemoryConfigKey, PageLayoutName
+from spc.ttnn.calls import CALLS
+from spc.ttnn.calls.definition import MAX_DIM, MAX_RANK, Format, MemoryConfigKey, PageLayoutName
 from spc.ttnn.targets import TARGETS
 
 MAX_NAME = 512

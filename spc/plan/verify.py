@@ -24,148 +24,30 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from spc.errors import SpcError
-from spc.plan.calls import ELEMENTWISE
 from spc.plan.program import HostNode, Program, TensorSpec, TtOp
 from spc.plan.schema import MAX_ELEMENTS
-from spc.ttnn.configs import Conv2dConfig
-
-if TYPE_CHECKING:
-    pass
+from spc.ttnn.calls import CALLS, ShapeError
+from spc.ttnn.calls.definition import axis as checked_axis
 
 DEVICE_WEIGHT_DTYPES = (np.float32,)
 _UNKNOWN = object()  # a host value whose type only the run can tell
-
-
-class _Bad(Exception):
-    pass
 
 
 def _numel(shape: list[int] | tuple[int, ...]) -> int:
     return math.prod(int(d) for d in shape)
 
 
-def _axis(a: int, rank: int) -> int:
-    if not -rank <= a < rank:
-        raise _Bad(f"axis {a} is outside a rank-{rank} tensor")
-    return a % rank
-
-
-def _window(size: int, k: int, s: int, lo: int, hi: int, d: int = 1, ceil: bool = False) -> int:
-    span = size + lo + hi - d * (k - 1) - 1
-    if span < 0:
-        raise _Bad(f"a window of {k} (dilation {d}) does not fit {size} + {lo + hi} padding")
-    out = (-(-span // s) if ceil else span // s) + 1
-    if ceil and (out - 1) * s >= size + lo:  # the last window may not start in the padding (ONNX, torch)
-        out -= 1
-    return out
-
-
 def _expected(op: TtOp, ins: list[list[int]], weights: dict[str, np.ndarray]) -> int | None:
-    """The number of values ``op`` makes from inputs of shapes ``ins``; None where the call
-    family keeps or shrinks its input (the runtime checks those against the declared shape)."""
-    a, name = op.args, op.op
-    if name in ELEMENTWISE:
-        try:
-            return _numel(np.broadcast_shapes(*[tuple(s) for s in ins]))
-        except ValueError:
-            raise _Bad(f"inputs of shapes {ins} do not broadcast") from None
-    if name == "ttnn.conv2d":
-        n, h, w, c, o, g = (a[k] for k in ("batch_size", "input_height", "input_width", "in_channels", "out_channels",
-                                           "groups"))
-        if _numel(ins[0]) != n * h * w * c:
-            raise _Bad(f"reads {_numel(ins[0])} values, not {n}x{h}x{w}x{c}")
-        if c % g or o % g:
-            raise _Bad(f"{c} -> {o} channels in {g} groups")
-        if not isinstance(a["conv_config"], Conv2dConfig):
-            raise _Bad("conv_config is not a Conv2dConfig")
-        (kh, kw), (sh, sw), (pt, pb, pl, pr), (dh, dw) = a["kernel_size"], a["stride"], a["padding"], a["dilation"]
-        want = {"weight_tensor": (o, c // g, kh, kw)}
-        for key, tensor in op.weights.items():
-            got = weights[tensor]
-            if key == "weight_tensor" and tuple(got.shape) != want[key]:
-                raise _Bad(f"weight {tensor} is {list(got.shape)}, not {list(want[key])}")
-            if key == "bias_tensor" and got.size != o:
-                raise _Bad(f"bias {tensor} holds {got.size} values for {o} channels")
-        return n * _window(h, kh, sh, pt, pb, dh) * _window(w, kw, sw, pl, pr, dw) * o
-    if name in ("ttnn.max_pool2d", "ttnn.avg_pool2d"):
-        n, h, w, c = a["batch_size"], a["input_h"], a["input_w"], a["channels"]
-        if _numel(ins[0]) != n * h * w * c:
-            raise _Bad(f"reads {_numel(ins[0])} values, not {n}x{h}x{w}x{c}")
-        (kh, kw), (sh, sw), (ph, pw) = a["kernel_size"], a["stride"], a["padding"]
-        dh, dw = a.get("dilation", [1, 1])
-        if 2 * ph > kh or 2 * pw > kw:
-            raise _Bad(f"padding {a['padding']} is more than half the window {a['kernel_size']}")
-        return n * _window(h, kh, sh, ph, ph, dh, a["ceil_mode"]) * _window(w, kw, sw, pw, pw, dw, a["ceil_mode"]) * c
-    if name == "ttnn.reshape":
-        if _numel(ins[0]) != _numel(a["shape"]):
-            raise _Bad(f"reshapes {_numel(ins[0])} values to {a['shape']}")
-        return _numel(a["shape"])
-    if name == "ttnn.expand":
-        try:
-            return _numel(np.broadcast_shapes(tuple(ins[0]), tuple(a["output_shape"])))
-        except ValueError:
-            raise _Bad(f"{ins[0]} does not expand to {a['output_shape']}") from None
-    if name == "ttnn.repeat":
-        if len(a["repeat_dims"]) < len(ins[0]):
-            raise _Bad(f"repeat_dims {a['repeat_dims']} for a rank-{len(ins[0])} tensor")
-        return _numel(ins[0]) * _numel(a["repeat_dims"])
-    if name == "ttnn.pad":
-        if len(a["padding"]) != len(ins[0]):
-            raise _Bad(f"{len(a['padding'])} pad pairs for a rank-{len(ins[0])} tensor")
-        return _numel([d + lo + hi for d, (lo, hi) in zip(ins[0], a["padding"])])
-    if name == "ttnn.concat":
-        rank = len(ins[0])
-        axis = _axis(a["dim"], rank)
-        if any(len(s) != rank or [d for i, d in enumerate(s) if i != axis] != [d for i, d in enumerate(ins[0])
-                                                                               if i != axis] for s in ins):
-            raise _Bad(f"inputs of shapes {ins} do not concatenate on axis {a['dim']}")
-        return sum(_numel(s) for s in ins)
-    if name == "ttnn.matmul":
-        x, y = ins
-        if len(x) < 2 or len(y) < 2 or x[-1] != y[-2]:
-            raise _Bad(f"cannot multiply {x} by {y}")
-        try:
-            batch = np.broadcast_shapes(tuple(x[:-2]), tuple(y[:-2]))
-        except ValueError:
-            raise _Bad(f"batch dimensions of {x} and {y} do not broadcast") from None
-        return _numel(batch) * x[-2] * y[-1]
-    if name == "ttnn.slice":
-        rank = len(ins[0])
-        if not len(a["starts"]) == len(a["ends"]) == len(a["steps"]) == rank or 0 in a["steps"]:
-            raise _Bad(f"starts/ends/steps {a['starts']}/{a['ends']}/{a['steps']} for a rank-{rank} tensor")
-        return _numel([len(range(*slice(s, e, st).indices(d))) for d, s, e, st in
-                       zip(ins[0], a["starts"], a["ends"], a["steps"])])
-    if name == "ttnn.permute":
-        if sorted(_axis(d, len(ins[0])) for d in a["dims"]) != list(range(len(ins[0]))):
-            raise _Bad(f"{a['dims']} is not a permutation of a rank-{len(ins[0])} tensor's axes")
-        return _numel(ins[0])
-    if name == "ttnn.transpose":
-        _axis(a["dim1"], len(ins[0]))
-        _axis(a["dim2"], len(ins[0]))
-        return _numel(ins[0])
-    if name == "ttnn.softmax":
-        _axis(a["dim"], len(ins[0]))
-        return _numel(ins[0])
-    if name in ("ttnn.sum", "ttnn.mean", "ttnn.max", "ttnn.min"):
-        dims = a["dim"] if isinstance(a["dim"], list) else [a["dim"]]
-        axes = {_axis(d, len(ins[0])) for d in dims}
-        if len(axes) != len(dims):
-            raise _Bad(f"dim {dims} names an axis twice")
-        return _numel([1 if i in axes else d for i, d in enumerate(ins[0])])
-    if name == "ttnn.topk":
-        axis = _axis(a["dim"], len(ins[0]))
-        if a["k"] > ins[0][axis]:
-            raise _Bad(f"k = {a['k']} of {ins[0][axis]} values")
-        return _numel(ins[0]) // ins[0][axis] * a["k"]
-    if name == "ttnn.embedding":
-        index, table = ins
-        return _numel(index) * table[-1]
-    return None  # spc.kernel: checked against its own composition (below)
+    """The number of values ``op`` makes from inputs of shapes ``ins`` (its definition's shape
+    rule, ttnn/calls); None where the call keeps or shrinks its input (the runtime checks those
+    against the declared shape)."""
+    rule = CALLS[op.op].shape
+    return None if rule is None else rule(ins, op.args, {key: (t, weights[t]) for key, t in op.weights.items()})
 
 
 def _kernel(op: TtOp) -> None:
@@ -173,15 +55,16 @@ def _kernel(op: TtOp) -> None:
 
     kernel = KERNELS[op.args["kernel"]]
     if len(op.inputs) != kernel.arity:
-        raise _Bad(f"kernel {kernel.name} reads {kernel.arity} tensors, not {len(op.inputs)}")
+        raise ShapeError(f"kernel {kernel.name} reads {kernel.arity} tensors, not {len(op.inputs)}")
     try:
         want = kernel.composed(list(op.inputs), op.results, dict(op.args.get("params", {})))
     except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError, OverflowError) as exc:
-        raise _Bad(f"kernel {kernel.name} refuses its parameters ({type(exc).__name__}: {exc})") from None
+        raise ShapeError(f"kernel {kernel.name} refuses its parameters ({type(exc).__name__}: {exc})") from None
     from spc.plan.program import encode
 
     if encode(want) != encode(op.args["composed"]):
-        raise _Bad(f"the calls it says it replaces are not what kernel {kernel.name} composes from its parameters")
+        raise ShapeError(f"the calls it says it replaces are not what kernel {kernel.name} composes from its "
+                         "parameters")
 
 
 def _layouts(program: Program) -> None:
@@ -224,9 +107,9 @@ def _device(program: Program, weights: dict[str, np.ndarray]) -> dict[str, list[
             else:
                 want = _expected(op, [shapes[n] for n in op.inputs], weights)
                 if want is not None and want != _numel(op.shape):
-                    raise _Bad(f"declares {_numel(op.shape)} output values ({op.shape}); its inputs and arguments "
-                               f"make {want}")
-        except _Bad as exc:
+                    raise ShapeError(f"declares {_numel(op.shape)} output values ({op.shape}); its inputs and "
+                                     f"arguments make {want}")
+        except ShapeError as exc:
             raise SpcError(f"{where}: {exc}") from None
         for name in op.results:
             shapes[name] = list(op.shape)
@@ -266,7 +149,7 @@ def _dynamic_types(op: str, args: list[Any], attrs: dict[str, Any], fresh: Any) 
     def at(axis: Any) -> tuple:
         if axis is None:
             return (fresh(),)
-        a = _axis(int(axis), len(x.shape))
+        a = checked_axis(int(axis), len(x.shape))
         return (*x.shape[:a], fresh(), *x.shape[a + 1:])
 
     if op == "onnx.NonZero":

@@ -1,4 +1,4 @@
-"""A plan's program run by what its calls mean (ttnn/semantics.py): numpy, float32, exact.
+"""A plan's program run by what its calls mean (ttnn/calls: each call's ``meaning``): numpy, float32, exact.
 
 Not a device model: no storage rounding, no matrix-engine phases (the emu backend has those).
 It answers whether a program computes what its source computes, which is what ``spc compile``'s
@@ -16,7 +16,7 @@ import numpy as np
 from spc.errors import SpcError
 from spc.ir.interpreter import demanded, dropped_after
 from spc.plan.program import Program, TtOp
-from spc.ttnn.semantics import MEANINGS
+from spc.ttnn.calls import MEANINGS
 
 
 def flat_ops(program: Program) -> list[TtOp]:
@@ -48,7 +48,7 @@ def run_device(program: Program, weights: Mapping[str, np.ndarray], inputs: Mapp
     for i, op in enumerate(run):
         fn = MEANINGS.get(op.op)
         if fn is None:
-            raise SpcError(f"{op.op} (from {op.source}) has no reference meaning in ttnn/semantics.py")
+            raise SpcError(f"{op.op} (from {op.source}) has no meaning in ttnn/calls")
         ins = [env[x] for x in op.inputs]
         w = {k: weights[v] for k, v in op.weights.items()}
         try:

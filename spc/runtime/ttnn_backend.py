@@ -16,7 +16,7 @@ on that axis (``shard_tensor_to_mesh_mapper(mesh, 0)``), every call runs once on
 result comes back as the chips' results stacked on axis 0 (``get_device_tensors``, in the mesh's
 order, which is the mapper's). Imports only numpy and ttnn (ttnn 0.81.1 exists for Python 3.10/3.12
 only; see `make mock-env`). Each program call is evaluated from its description
-(ttnn/calls.py); conv weights go up as float32 host tensors and come back prepared from
+(ttnn/calls); conv weights go up as float32 host tensors and come back prepared from
 the first run (return_weights_and_bias), so later runs reuse them, as the hand-written port does.
 The device is closed on every exit path. The calls the runtime itself makes are listed in
 RUNTIME_CALLS, which runtime/ttnn_signatures.py checks against the installed ttnn.
@@ -161,7 +161,7 @@ class TtnnProgram:
         dev = self.call("to_device", tensor=host, device=self.device, memory_config=t.DRAM_MEMORY_CONFIG)
         return self.call("to_layout", tensor=dev, layout=t.TILE_LAYOUT)
 
-    # -- evaluating call descriptions (ttnn/calls.py) ----------------------------------
+    # -- evaluating call descriptions (ttnn/calls) ------------------------------------
     def _bind(self, op: TtOp) -> Callable[[dict[str, Any]], Any]:
         if op.op == "spc.kernel":
             return self._bind_kernel(op)

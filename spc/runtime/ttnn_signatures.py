@@ -67,7 +67,7 @@ def _calls(x: Any) -> list[Call]:
 
 
 def check(program: Program) -> list[str]:
-    """The keywords of every call the program makes (as ttnn/calls.py describes it,
+    """The keywords of every call the program makes (as ttnn/calls describes it,
     i.e. as the backend and emit-py spell it) against the installed ttnn's signatures."""
     import ttnn
 

@@ -3,7 +3,7 @@
 The program is what a person would write by hand: one ttnn call per line, in order, named after
 the IR values, each preceded by the precision block it belongs to, tensors freed after their
 last use, conv weights prepared on the first call and reused. Every call is printed from the
-same description the ttnn backend evaluates (ttnn/calls.py). It reads the weights from
+same description the ttnn backend evaluates (ttnn/calls). It reads the weights from
 the plan file and needs numpy, safetensors and ttnn; ``--mock`` uses spc's mock p150 harness.
 
 A plan is untrusted input (anyone can edit one and recompute its hashes), so no text from it is

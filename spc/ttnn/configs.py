@@ -56,7 +56,7 @@ class _Config:
         return cls(**{name: _decode(hints[name], d[name], f"{what}.{name}") for name in names})
 
     def ttnn_kwargs(self) -> dict[str, Any]:
-        """Field -> value as ttnn takes it (ttnn/calls.py spells the typed ones)."""
+        """Field -> value as ttnn takes it (ttnn/calls spells the typed ones)."""
         return {name: getattr(self, name) for name in self.__struct_fields__}  # type: ignore[attr-defined]
 
 

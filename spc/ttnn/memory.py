@@ -12,7 +12,7 @@ As ttnn (and tt-mlir's MemoryConfigAttr) has them:
   ``--memory-config BLOCK=SPEC`` spells it ``l1``, ``l1:abh=4``, ``dram:height=2``, ``dram:width=4``.
 
 The plan stores them in its calls (plan/program.py writes and reads their JSON in one place), the
-call spellings (ttnn/calls.py) turn them into ttnn objects, the L1 model (memory/l1.py) sizes them.
+call spellings (ttnn/calls) turn them into ttnn objects, the L1 model (memory/l1.py) sizes them.
 Nothing parses them back from strings but the command line.
 """
 

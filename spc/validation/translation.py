@@ -7,7 +7,7 @@ Two runs on one seeded image, both numpy, in two processes where forking is safe
   by the IR's interpreter (ir/interpreter.py: each op's one meaning), in a forked child that
   hands back only the values compared;
 * the plan: its host stages by the same interpreter and its device calls by what ttnn defines
-  them to compute (runtime/reference.py, ttnn/semantics.py), float32 without storage rounding:
+  them to compute (runtime/reference.py, each call's meaning in ttnn/calls), float32 without storage rounding:
   the exact configuration, so that any difference is the translation's, not the device's.
 
 The convolutions, nearly all of the arithmetic, are cut: each convolution's result is a seeded
@@ -45,9 +45,9 @@ from spc.passes.trial_values import TrialValues, hashed_uniform
 from spc.plan.program import DeviceTensor, Program, TtOp
 from spc.runtime.host import run_host
 from spc.runtime.reference import flat_ops, needed, run_device
+from spc.ttnn.calls import MEANINGS
 from spc.ttnn.configs import Activation
 from spc.ttnn.layout import DeviceLayout
-from spc.ttnn.semantics import MEANINGS
 
 CHILD_TIMEOUT_S = 600.0  # the source side's child: a hung one is ended and its work done here
 RTOL, ATOL = 1e-3, 1e-4  # on values scaled to their largest magnitude: summation order, not translation

@@ -130,7 +130,7 @@ def json_bytes(obj: Any) -> bytes:
 def _vocabulary() -> list[str]:
     from spc.ir import ops
     from spc.kernels import KERNELS
-    from spc.plan.calls import CALLS
+    from spc.ttnn.calls import CALLS
     from spc.ttnn.formats import DataFormat, MathFidelity
 
     ops.get("onnx.Relu")
@@ -167,7 +167,7 @@ def _rename(tree: Any, old: str, new: str) -> Any:
 def semantic_edit(rng: random.Random, program: dict, words: list[str]) -> tuple[dict, str]:
     """An edit that keeps the program's JSON well-formed and often valid: what gets past the
     schema to the verifier and the runtime."""
-    from spc.ttnn.elementwise import BINARY, UNARY
+    from spc.ttnn.calls.elementwise import BINARY, UNARY
 
     unary, binary = sorted(f"ttnn.{n}" for n in UNARY), sorted(f"ttnn.{n}" for n in BINARY)
     calls = _calls(program)
