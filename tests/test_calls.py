@@ -136,3 +136,9 @@ def test_a_spelling_is_the_call_on_its_inputs() -> None:
     assert describe(op) == Call("ttnn.add", (Ref("a"), Ref("b")))
     op = TtOp("ttnn.topk", ["x"], "v", {"dim": -1, "k": 5, "largest": True, "sorted": True}, {}, "n2")
     assert describe(op) == Call("ttnn.topk", (Ref("x"), 5), {"dim": -1, "largest": True, "sorted": True})
+
+
+def test_what_a_call_takes_of_l1() -> None:
+    """The circular buffers the memory model counts for calls without a window model of their own."""
+    assert CALLS["ttnn.add"].buffers({}, 2) == 16384 and CALLS["ttnn.add"].buffers({"scalar": 2.0}, 1) == 0
+    assert CALLS["ttnn.topk"].buffers({"k": 1000}, 1) == 36864 + 576 * 1024  # k rounded up to 32

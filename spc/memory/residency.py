@@ -16,12 +16,10 @@ from spc.memory.cost import call_seconds, output_bytes
 from spc.memory.l1 import L1Use, conv_l1, pool_l1, tensor_per_core
 from spc.memory.ledger import Ledger
 from spc.plan.program import Program, TtOp, numel
+from spc.ttnn.calls import CALLS
 from spc.ttnn.configs import PageLayout
 from spc.ttnn.memory import BlockMemory
 from spc.ttnn.targets import Target
-
-# a binary element-wise call's circular buffers: 12-16 KiB measured on the mock p150, whatever the size
-BINARY_CB = 16384
 
 
 class Placed(Struct, frozen=True):
@@ -74,13 +72,6 @@ def block_memory(program: Program) -> dict[str, BlockMemory]:
     return out
 
 
-def topk_buffers(k: int) -> int:
-    """ttnn.topk's dataflow buffers on its busiest core: 36 KiB + 576 B per slot (k rounded up to
-    32), fitted exactly to six sizes measured on the mock p150 (k 64 to 2400 on 0.3 to 2 million
-    values; smaller inputs took 64 KiB, less than this). Not read from the source."""
-    return 36864 + 576 * (-(-k // 32) * 32)
-
-
 def op_use(op: TtOp, src: Resident, target: Target) -> tuple[L1Use, Resident]:
     """The L1 model of one ttnn call, and where its output ends up."""
     if op.op == "ttnn.conv2d":
@@ -92,9 +83,7 @@ def op_use(op: TtOp, src: Resident, target: Target) -> tuple[L1Use, Resident]:
         return use, Resident(use.output, use.cores, False) if use.output_in_l1 else DRAM_RM
     # element-wise, reductions, reshapes: stay where their input is
     in_l1 = src.bytes > 0 and not writes_dram(op)
-    cb = BINARY_CB if len(op.inputs) > 1 else 0
-    if op.op == "ttnn.topk":
-        cb = topk_buffers(int(op.args["k"]))
+    cb = CALLS[op.op].buffers(op.args, len(op.inputs))
     cores = src.cores or target.cores
     size = tensor_per_core(numel(op.shape), int(op.shape[-1]) if op.shape else 1, op.dtype, cores) if in_l1 else 0
     # a conversion makes the layout it names; everything else keeps its input's (a pool after a

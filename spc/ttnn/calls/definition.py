@@ -15,6 +15,7 @@ kernel.py); ``CALLS`` holds them all. Who reads which part:
   prints it), built from the markers below;
 * ``golden``: the ttnn function whose golden function (``ttnn.get_golden_function``) is ttnn's
   own reference for it (scripts/golden.py);
+* ``buffers``: the L1 its circular buffers take (the memory model, memory/residency.py);
 * traits: ``tiled`` (the page layout of its result, lowering/emitter.py), ``moves_values``,
   ``mask``, ``stores`` and ``takes_bf16`` (the emulator, emulator/device.py and runtime/emu.py).
 
@@ -164,6 +165,15 @@ def broadcast(*shapes: Sequence[int]) -> int:
         raise ShapeError(f"inputs of shapes {[list(s) for s in shapes]} do not broadcast") from None
 
 
+# -- what a call takes of L1 --------------------------------------------------------------------
+
+def stream_buffers(args: dict[str, Any], inputs: int) -> int:
+    """The circular buffers of a call that streams its inputs through (element-wise, reductions,
+    data movement): 12-16 KiB measured on the mock p150 for one reading two tensors, whatever
+    their size; none counted for one. (Convolutions and pools have their own model: memory/l1.py.)"""
+    return 16384 if inputs > 1 else 0
+
+
 # (inputs' shapes, arguments, the call's weights by keyword) -> the number of values it makes
 ShapeRule = Callable[[list[list[int]], dict[str, Any], dict[str, Any]], int]
 Meaning = Callable[[list[Any], dict[str, Any], dict[str, Any]], Any]
@@ -191,6 +201,8 @@ class CallDef(Struct, frozen=True):
     mask: bool = False  # its results are 0/1
     stores: bool = False  # its emulation returns stored values (data movement; conv2d packs its own)
     takes_bf16: bool = False  # its emulation takes tensors held in bfloat16 as they are
+    # its circular buffers on the busiest core, from its arguments and how many tensors it reads
+    buffers: Callable[[dict[str, Any], int], int] = stream_buffers
 
 
 CALLS: dict[str, CallDef] = {}
