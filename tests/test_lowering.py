@@ -134,3 +134,17 @@ def test_every_lowered_call_is_emulated() -> None:
                "ttnn.multiply", "ttnn.sum", "ttnn.clamp", "ttnn.rsqrt"}
     assert emitted <= set(EMULATIONS)
     assert {"spc.Conv2d", "onnx.MaxPool", "spc.ScoreFold", "spc.Nms", "spc.L2Norm"} <= set(LOWERINGS)
+
+
+@pytest.mark.parametrize(("alpha", "calls"), [(0.16666667, ["ttnn.to_layout", "ttnn.hardsigmoid"]),
+                                              (0.2, ["ttnn.to_layout", "ttnn.multiply", "ttnn.add", "ttnn.clamp"])])
+def test_hard_sigmoid_is_one_call_as_torch_exports_it(alpha: float, calls: list[str]) -> None:
+    """nn.Hardsigmoid (alpha 1/6, beta 0.5) is ttnn.hardsigmoid; ONNX's default alpha is spelled out."""
+    x = bf16_exact(RNG.normal(0, 4, size=(1, 4, 8, 8)))
+    got, want, emitted = run_lowered(f"""graph @t(%x: f32[1,4,8,8]) {{
+  %y: f32[1,4,8,8] = onnx.HardSigmoid(%x) {{alpha = {alpha}, beta = 0.5}} #hs
+  return %y
+}}
+""", x)
+    assert emitted == calls, emitted
+    np.testing.assert_allclose(got, want, rtol=2**-7, atol=2**-8)

@@ -266,3 +266,28 @@ def test_the_c_stand_in_compiler_writes_what_the_python_one_writes(tmp_path: Pat
     for command in ([str(binary)], [sys.executable, "-I", "-S", str(here / "fake_riscv_gxx.py")]):
         done = subprocess.run([*command, "obj.o", "-o", "x.elf"], cwd=tmp_path, capture_output=True, text=True)
         assert done.returncode == 1 and "without a firmware ELF" in done.stderr
+
+
+def test_hardsigmoid_as_torch_exports_it_runs_on_the_mock_p150(ttnn_python: str, tmp_path: Path) -> None:
+    """The last call added to ttnn/calls (ttnn.hardsigmoid, for nn.Hardsigmoid's alpha 1/6):
+    spelled as ttnn spells it and accepted by the real ttnn."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from spc.compiler import compile_onnx
+
+    w = np.random.default_rng(0).normal(0, 0.2, (8, 8, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+         helper.make_node("HardSigmoid", ["c"], ["y"], alpha=1 / 6, beta=0.5)], "hs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 32, 32])], [numpy_helper.from_array(w, "w")])
+    src = tmp_path / "hs.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
+    plan = tmp_path / "hs.ttplan"
+    compile_onnx(src, plan)
+    assert [op.op for op in read_plan(plan).program.device_ops] == ["ttnn.conv2d", "ttnn.hardsigmoid"]
+    for module, says in (("spc.runtime.ttnn_signatures", "0 signature mismatch(es)"),
+                         ("spc.runtime.ttnn_mock.check_plans", "ok hs")):
+        done = subprocess.run([ttnn_python, "-m", module, plan], capture_output=True, text=True, check=False, cwd=ROOT)
+        assert done.returncode == 0 and says in done.stdout, done.stdout + done.stderr

@@ -299,7 +299,8 @@ for _name, _fn in {"relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.t
                    "cos": torch.cos, "tan": torch.tan, "asin": torch.asin, "acos": torch.acos, "atan": torch.atan,
                    "sinh": torch.sinh, "cosh": torch.cosh, "asinh": torch.asinh, "acosh": torch.acosh,
                    "atanh": torch.atanh, "erf": torch.erf, "softsign": F.softsign, "softplus": F.softplus,
-                   "hardswish": F.hardswish, "mish": F.mish, "isnan": torch.isnan, "isinf": torch.isinf}.items():
+                   "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "mish": F.mish, "isnan": torch.isnan,
+                   "isinf": torch.isinf}.items():
     _elementwise(f"ttnn.{_name}", _fn)
 EMULATIONS["ttnn.elu"] = lambda ins, w, a: F.elu(ins[0], alpha=a["alpha"])
 EMULATIONS["ttnn.celu"] = lambda ins, w, a: F.celu(ins[0], alpha=a["alpha"])

@@ -211,8 +211,11 @@ def _chain(em: Emitter, n: Node, ins: Ins, steps: list[tuple[str, list[str | flo
 
 @lowers("onnx.HardSigmoid", check=_elementwise_check)
 def _hard_sigmoid(em: Emitter, n: Node, ins: Ins) -> str:
-    """max(0, min(1, alpha * x + beta)); ttnn.hardsigmoid fixes alpha = 1/6, ONNX defaults to 0.2."""
+    """max(0, min(1, alpha * x + beta)): ttnn.hardsigmoid where alpha is 1/6 and beta 0.5 (as
+    torch.onnx writes nn.Hardsigmoid), else spelled out (ONNX's default alpha is 0.2)."""
     a, b = float(n.attrs.get("alpha", 0.2)), float(n.attrs.get("beta", 0.5))
+    if np.float32(a) == np.float32(1 / 6) and b == 0.5:
+        return _unary(em, n, ins, "ttnn.hardsigmoid")
     return _chain(em, n, ins, [("ttnn.multiply", ["x", a], {}), ("ttnn.add", ["$0", b], {}),
                                ("ttnn.clamp", ["$1"], {"min": 0.0, "max": 1.0})])
 

@@ -49,6 +49,7 @@ UNARY: dict[str, Callable[..., Any]] = {
     "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh,
     "acosh": np.arccosh, "atanh": np.arctanh, "erf": _erf, "softsign": lambda x: x / (1 + np.abs(x)),
     "softplus": _softplus, "hardswish": lambda x: x * np.clip(x + 3, 0, 6) / 6,
+    "hardsigmoid": lambda x: np.clip(x / 6 + 0.5, 0, 1),
     "mish": lambda x: x * np.tanh(_softplus(x)), "isnan": np.isnan, "isinf": np.isinf}
 MASKS = {"eq", "ne", "gt", "ge", "lt", "le", "gtz", "logical_not", "logical_and", "logical_or", "logical_xor"}
 
