@@ -14,7 +14,7 @@ PY312 ?= $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.12.1/
 TTNN_VENV := .venv-ttnn
 TTNN_STAMP := $(TTNN_VENV)/.installed
 
-.PHONY: demo test lint bench mock-env corpus corpus-tf corpus-jax corpus-derived device-conformance fuzz multichip report-screenshot clean
+.PHONY: demo test lint bench mock-env golden-env golden corpus corpus-tf corpus-jax corpus-derived device-conformance fuzz multichip report-screenshot clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -41,6 +41,24 @@ $(TTNN_STAMP): pyproject.toml spc/runtime/ttnn_mock/harness.py spc/runtime/ttnn_
 	touch $(TTNN_STAMP)
 
 mock-env: $(TTNN_STAMP)
+
+# ttnn's own reference functions against the emulator, call by call (scripts/golden.py, docs/ttnn.md):
+# optional, its venv holds ttnn 0.81.1 and torch 2.9.1 (PyPI's Python 3.12 build is CUDA's, ~6.7 GB)
+GOLDEN_VENV := .venv-golden
+$(GOLDEN_VENV)/.installed: pyproject.toml
+	@test -n "$(PY312)" || { echo "make golden: no Python 3.12 found (pyenv 3.12.1 or python3.12); set PY312=" >&2; exit 1; }
+	$(PY312) -m venv $(GOLDEN_VENV)
+	$(GOLDEN_VENV)/bin/pip install -q --upgrade "pip>=23"
+	$(GOLDEN_VENV)/bin/pip install -q ttnn==0.81.1 torch==2.9.1 safetensors==0.8.0 click==8.5.1 rich==15.0.0 \
+		pillow==13.0.0 msgspec==0.22.0
+	$(GOLDEN_VENV)/bin/pip install -q --no-deps -e .
+	touch $@
+
+golden-env: $(GOLDEN_VENV)/.installed
+
+golden: $(STAMP) $(GOLDEN_VENV)/.installed
+	$(BIN)/python scripts/golden.py plans bench-out/golden
+	$(GOLDEN_VENV)/bin/python scripts/golden.py check bench-out/golden
 
 # bytecode for both interpreters first, as a wheel install writes it: the tests start many Python
 # processes (CLI runs, workers, the mock's interpreter), and where PYTHONDONTWRITEBYTECODE is set (our

@@ -65,7 +65,14 @@ def test_block_float_zeros_and_denormals() -> None:
 def test_unknown_format_is_refused() -> None:
     with pytest.raises(ValueError, match="'float8' is not one of"):
         DataFormat.parse("float8")
-    assert round_storage(t(2.6), DataFormat.UINT32).item() == 3.0  # indices are whole numbers
+
+
+
+def test_casts_to_integers_as_blackhole_s_sfpu_does() -> None:
+    """float32 -> uint32 shifts the mantissa (toward zero, negatives to 0); -> uint16 rounds to
+    nearest, clamped (ckernel_sfpu_typecast.h). The plans cast only whole numbers."""
+    assert round_storage(t(2.6, -3.2, 7.0), DataFormat.UINT32).tolist() == [2.0, 0.0, 7.0]
+    assert round_storage(t(2.6, -3.2, 70000.0), DataFormat.UINT16).tolist() == [3.0, 0.0, 65535.0]
 
 
 def test_truncation_is_toward_zero() -> None:

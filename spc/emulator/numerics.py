@@ -103,8 +103,13 @@ def round_storage_reference(x: torch.Tensor, fmt: DataFormat) -> torch.Tensor:
     """:func:`round_storage` as the spec spells it."""
     if fmt is DataFormat.FLOAT32:
         return x.to(torch.float32)  # fp32 denormals would flush too; values this small never occur here
-    if fmt in (DataFormat.UINT32, DataFormat.UINT16):
-        return torch.round(x.to(torch.float32))  # indices: whole numbers, held exactly in float32 here
+    # indices, held exactly in float32 here. Blackhole's SFPU casts float32 to uint32 by shifting
+    # the mantissa (toward zero; negatives give 0) and to uint16 by SFPSTOCHRND's round to nearest,
+    # clamped to 0..65535 (ckernel_sfpu_typecast.h in ttnn 0.81.1's wheel)
+    if fmt is DataFormat.UINT32:
+        return torch.trunc(torch.clamp(x.to(torch.float32), min=0))
+    if fmt is DataFormat.UINT16:
+        return torch.round(torch.clamp(x.to(torch.float32), 0, 65535))
     if fmt is DataFormat.BFLOAT16:
         return round_bf16_reference(x)
     if fmt.block_float_bits:

@@ -36,7 +36,8 @@ import numpy as np
 
 from spc.errors import SpcError
 from spc.plan.program import Program, TtOp
-from spc.ttnn.calls import ARCH, DEVICE, Attr, Call, Ref, Weight, describe
+from spc.ttnn.calls import Weight, describe
+from spc.ttnn.calls.definition import attribute, evaluate, markers
 from spc.ttnn.formats import DataFormat
 from spc.ttnn.targets import L1_SMALL_BYTES, Target, get_target
 
@@ -199,32 +200,18 @@ class TtnnProgram:
 
     def _eval(self, x: Any, env: dict[str, Any], owner: str) -> Any:
         t = self.ttnn
-        if isinstance(x, Ref):
-            return env[x.name]
-        if isinstance(x, Attr):
-            value: Any = t
-            for part in x.path.split(".")[1:]:
-                value = getattr(value, part)
-            return value
-        if x is DEVICE:
-            return self.device
-        if x is ARCH:
-            return self.device.arch()
-        if isinstance(x, Weight):
+
+        def weight(m: Weight) -> Any:
             prepared = self.prepared.get(owner)
             if prepared is not None:
-                return prepared[1 if x.bias else 0]
-            array = self.weights[x.key].astype(np.float32)
-            if x.bias:
+                return prepared[1 if m.bias else 0]
+            array = self.weights[m.key].astype(np.float32)
+            if m.bias:
                 array = array.reshape(1, 1, 1, -1)
             return t.Tensor(array, data_type=t.float32, layout=t.ROW_MAJOR_LAYOUT)
-        if isinstance(x, Call):
-            fn = self._eval(Attr(x.fn), env, owner)
-            return fn(*[self._eval(a, env, owner) for a in x.args],
-                      **{k: self._eval(v, env, owner) for k, v in x.kwargs.items()})
-        if isinstance(x, list):
-            return [self._eval(v, env, owner) for v in x]
-        return x
+
+        leaf = markers(t, env, self.device, lambda: self.device.arch(), weight)
+        return evaluate(x, leaf, lambda fn, args, kwargs: attribute(t, fn)(*args, **kwargs))
 
     # -- running ---------------------------------------------------------------------------------
     def call(self, name: str, *args: Any, **kwargs: Any) -> Any:

@@ -134,3 +134,25 @@ def test_a_limit_above_the_count_keeps_every_keypoint_in_order(small_onnx: Path,
     got, want = OrtReference(onnx, []).run(x), OrtReference(small_onnx, []).run(x)
     for name in want:
         np.testing.assert_array_equal(got[name], want[name])
+
+
+@pytest.mark.parametrize("mode", ["threshold", "fixed"])
+def test_the_read_back_does_not_depend_on_the_order_of_equal_scores(mode: str) -> None:
+    """ttnn's topk leaves the order of equal values open (its golden is torch.topk's); the host
+    tail reads the same keypoints whichever order the device gives them in."""
+    from spc.ir.ops.keypoints import from_top_k
+
+    rng = np.random.default_rng(5)
+    values = np.array([0.9, 0.5, 0.5, 0.5, 0.3, 0.3, 0.1, 0.0], np.float32)
+    positions = np.array([40, 7, 3, 22, 15, 9, 30, 1], np.float32)
+    descriptors = rng.normal(size=(8, 4)).astype(np.float32)
+    attrs = {"mode": mode, "threshold": 0.2, "border": 2, "limit_x": 10, "max_keypoints": 4, "height": 12,
+             "width": 12, "cell": 8, "outputs": ["keypoints", "scores", "descriptors"]}
+    want = from_top_k(values, positions, descriptors, attrs)
+    for _ in range(5):
+        order = np.lexsort((rng.random(8), -values))  # best first, equal values shuffled
+        got = from_top_k(values[order], positions[order], descriptors[order], attrs)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    scores = list(want[1].reshape(-1))
+    assert len(scores) == (4 if mode == "threshold" else 8) and scores == sorted(scores, reverse=True)

@@ -211,6 +211,10 @@ def from_top_k(values: np.ndarray, indices: np.ndarray, descriptors: np.ndarray,
     v = np.asarray(values, np.float32).reshape(-1)
     p = np.rint(np.asarray(indices, np.float64)).reshape(-1).astype(np.int64)
     d = np.asarray(descriptors, np.float32).reshape(len(v), -1)
+    # best first, equal scores by position: ttnn's topk leaves the order of equal values open (its
+    # golden is torch.topk's), the emulator keeps the lowest position first; either reads the same
+    order = np.lexsort((p, -v))
+    v, p, d = v[order], p[order], d[order]
     border, limit_x, k = int(attrs["border"]), int(attrs["limit_x"]), int(attrs["max_keypoints"])
     height, width = int(attrs["height"]), int(attrs["width"])
     inner = limit_x - border

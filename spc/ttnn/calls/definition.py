@@ -133,6 +133,46 @@ def spell(value: Any) -> Any:
     return value
 
 
+def attribute(ttnn: Any, path: str) -> Any:
+    """``ttnn.a.b`` of the ttnn module given, by its dotted path."""
+    value = ttnn
+    for part in path.split(".")[1:]:
+        value = getattr(value, part)
+    return value
+
+
+def markers(ttnn: Any, env: dict[str, Any], device: Any, arch: Callable[[], Any],
+            weight: Callable[[Weight], Any]) -> Callable[[Any], Any]:
+    """:func:`evaluate`'s ``leaf``: a program tensor from ``env``, a ttnn attribute of ``ttnn``, the
+    device and its architecture (asked for when a call needs it), a weight as ``weight`` makes it."""
+    def leaf(m: Any) -> Any:
+        if isinstance(m, Ref):
+            return env[m.name]
+        if isinstance(m, Attr):
+            return attribute(ttnn, m.path)
+        if m is DEVICE:
+            return device
+        if m is ARCH:
+            return arch()
+        return weight(m)
+
+    return leaf
+
+
+def evaluate(x: Any, leaf: Callable[[Any], Any], call: Callable[[str, list[Any], dict[str, Any]], Any]) -> Any:
+    """A description's value: each marker (Ref, Attr, Weight, DEVICE, ARCH) as ``leaf`` gives it,
+    each Call as ``call(fn, args, kwargs)`` makes it from its arguments' values, lists element by
+    element (the ttnn backend runs descriptions so, scripts/golden.py with ttnn's references)."""
+    if isinstance(x, Call):
+        return call(x.fn, [evaluate(a, leaf, call) for a in x.args],
+                    {k: evaluate(v, leaf, call) for k, v in x.kwargs.items()})
+    if isinstance(x, list):
+        return [evaluate(v, leaf, call) for v in x]
+    if isinstance(x, (Ref, Attr, Weight, _Marker)):
+        return leaf(x)
+    return x
+
+
 def refs(op: CallSpec) -> list[Ref]:
     return [Ref(i) for i in op.inputs]
 
