@@ -80,7 +80,7 @@ def test_fixed_k_keypoints_read_back_compactly(plans) -> None:
     specs = {}
     for name in ("fixed_k_op20", "fixed_k_op18_variant"):
         plan = read_plan(plans[name][1])
-        assert [h.op for h in plan.program.host_post] == ["spc.KeypointsFromTopK"]
+        assert [h.op for h in plan.program.host_post] == ["spc.Unpack", "spc.KeypointsFromTopK"]
         specs[name] = sorted(r["spec"] for r in plan.program.roles.values())
     assert specs["fixed_k_op20"] == ["descriptors nd flat", "keypoints xy pixel i64 flat", "scores flat"]
     assert specs["fixed_k_op18_variant"] == ["descriptors dn batch", "keypoints yx norm f32 batch", "scores batch"]

@@ -148,3 +148,29 @@ def test_hard_sigmoid_is_one_call_as_torch_exports_it(alpha: float, calls: list[
 """, x)
     assert emitted == calls, emitted
     np.testing.assert_allclose(got, want, rtol=2**-7, atol=2**-8)
+
+
+def test_every_device_output_comes_back_in_one_read() -> None:
+    """Three device outputs (a map, a mask, a reduction: other shapes, forms and types) are packed
+    into one tensor on the device and cut back on the host (lowering/read_once.py), value for value."""
+    x = bf16_exact(RNG.normal(size=(1, 4, 8, 10)))
+    text = """graph @t(%x: f32[1,4,8,10]) {
+  %zero: f32[] = const @"zero"
+  %axis: i64[1] = const @"axis"
+  %p: f32[1,4,4,5] = onnx.MaxPool(%x) {kernel_shape = [2, 2], pads = [0, 0, 0, 0], strides = [2, 2]} #pool
+  %m: i1[1,4,4,5] = onnx.Greater(%p, %zero) #gt
+  %s: f32[1,1,4,5] = onnx.ReduceSum(%p, %axis) {keepdims = 1} #sum
+  return %p, %m, %s
+}
+"""
+    g = ir(text, zero=np.zeros((), np.float32), axis=np.array([1], np.int64))
+    want = evaluate_graph(g, {"x": x})
+    PartitionHostDevice().run(g, PassContext())
+    program, tensors = lower(g, find_probes(g))
+    assert [t.name for t in program.device_outputs] == ["readback"]
+    assert [h.op for h in program.host_post] == ["spc.Unpack"] and program.host_post[0].outputs == ["p", "m", "s"]
+    with Runner(Plan({}, program, tensors, "")) as runner:
+        got = runner.run(x).outputs
+    assert got["m"].dtype == np.bool_ and np.array_equal(got["m"], want[1])
+    assert np.array_equal(got["p"], want[0])
+    np.testing.assert_allclose(got["s"], want[2], rtol=2**-7)

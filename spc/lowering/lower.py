@@ -16,6 +16,7 @@ from spc.errors import SpcError
 from spc.ir.graph import Graph, Node, Placement, Value
 from spc.lowering import readback
 from spc.lowering.emitter import INPUT_DTYPE, Emitter
+from spc.lowering.read_once import read_once
 from spc.lowering.registry import LOWERINGS, device_support, lowering_for
 from spc.plan.program import DeviceTensor, HostNode, Program, TensorSpec
 from spc.ttnn.layout import DeviceLayout, Form, PlainLayout, layout_of
@@ -128,6 +129,8 @@ def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, 
             compact_outputs, split = _read_together(em, per_image, consts)
             fallback_outputs, fallback_post = device_outputs, host_post
             device_outputs, host_post = compact_outputs, [*split, *(tails.get(h.name, h) for h in host_post)]
+    device_outputs, unpack = read_once(em, device_outputs)
+    host_post = [*unpack, *host_post]
     # which device tensor holds each IR value, in which layout: what the per-layer comparison reads
     made = {name: op.shape for op in em.ops for name in op.results}
     values = {t.name: t for t in device_inputs}

@@ -15,6 +15,7 @@ from spc.memory.calls import DRAM_RM, Resident, conv_spec, op_memory, pool_spec,
 from spc.memory.cost import call_seconds, output_bytes
 from spc.memory.l1 import L1Use, conv_l1, pool_l1, tensor_per_core
 from spc.memory.ledger import Ledger
+from spc.memory.throughput import device_seconds
 from spc.plan.program import Program, TtOp, numel
 from spc.ttnn.calls import CALLS
 from spc.ttnn.configs import PageLayout
@@ -156,4 +157,5 @@ def walk(program: Program, target: Target, keep: set[str] | None = None) -> list
 
 
 def predicted_ms(records: list[CallRecord]) -> float:
-    return 1e3 * sum(r.seconds for r in records)
+    """The run's predicted device time (memory/throughput.py: the model, calibrated)."""
+    return 1e3 * device_seconds(sum(r.seconds for r in records))

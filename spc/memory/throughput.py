@@ -1,17 +1,22 @@
-"""Frames per second end to end: the device time of a run plus ttnn's host-side cost per call.
+"""Frames per second end to end on a card, as the hand port's measured rows say a run goes.
 
-The hand port's end-to-end rate on a p150 (40.7 fps at 480x640 against a 2.81 ms forward) is set
-by ttnn's per-call host costs, which do not depend on the payload (measured by the hand port:
-shared/reference/seed-tt-superpoint-model-card.md, "D2H is dominated by ttnn's per-call
-from_device dispatch cost", "copy_host_to_device_tensor carries a ~10.7 ms-per-call fixed Python
-cost"). A run of a plan makes one upload per device input and one read-back per device output,
-in turn on one command queue (the hand port found the queue serialises them: overlapping did not
-help), so a batch of B images pays those calls once:
+A run of a plan (B images) on a p150, traced, in the loop the ttnn backend runs
+(runtime/ttnn_backend.py: the input uploaded on command queue 1 while the previous run's trace
+executes on queue 0, then read back and finished on the host)::
 
-    run = device time of the run + uploads x H2D_CALL_S + read-backs x D2H_CALL_S
-    fps = B / run
+    phase      what                                                    predicted from
+    upload     the run's inputs to the device on CQ1, the trace's      UPLOAD_S per upload call
+               launch (overlaps the previous run's trace)
+    device     the trace                                               the memory model x DEVICE_CALIBRATION
+    read-back  each output's from_device, after the trace              D2H_CALL_S per call
+    host post  the host's nodes after the device (keypoints ...)       HOST_POST_S per image
 
-The device time is the memory model's prediction (memory/cost.py), an estimate.
+    run = max(upload, device) + read-backs + host post;  fps = B / run
+
+The constants are the hand port's measurements on a p150 (../shared/reference/
+seed-tt-superpoint-model-card.md; docs/end-to-end.md puts the model beside each of its rows),
+fitted where one row does not give a constant alone. ttnn's host costs are per call, not per byte:
+what a run reads and uploads in one call each costs one call.
 """
 
 from __future__ import annotations
@@ -20,27 +25,66 @@ from msgspec import Struct
 
 from spc.records import asdict
 
-H2D_CALL_S = 10.7e-3  # ttnn.copy_host_to_device_tensor, per call (hand port, p150)
-D2H_CALL_S = 7.5e-3  # ttnn.from_device, per call: 6-9 ms measured (hand port, p150), the middle taken
+# the memory model's device times against the hand port's measured forward on a p150, the same
+# configuration compiled by spc: 2.81 ms measured where the model said 0.79 ms
+# (scripts/calibrate.py). Every device time spc predicts is the model's times this; fitted on
+# convolutions and pools, the rest of a program is scaled alike until a card measures spc's plans
+DEVICE_CALIBRATION = 3.58
+# the hand port's end-to-end "compute phase": the upload of the pre-cast bf16 input on CQ1 and the
+# trace's launch, 8.4 ms per frame while the previous trace runs (alone, without a trace beside
+# it, copy_host_to_device_tensor took 10.7 ms: H2D_ALONE_S)
+UPLOAD_S = 8.4e-3
+H2D_ALONE_S = 10.7e-3
+# from_device per call: the hand port's read-back phase, 14.3 ms for two calls, less the 3.3 ms it
+# waited for its trace (11.68 ms of device work begun 8.4 ms before): 5.5 ms a call (its note says
+# 6-9 ms a call, waits included)
+D2H_CALL_S = (14.3e-3 - (11.68e-3 - UPLOAD_S)) / 2
+# spc's host post-processing per image, measured on the CPU of this project's machines
+# (`scripts/timings.py`: 0.7 ms); the hand port's took 1.8 ms
+HOST_POST_S = 0.7e-3
+
+
+def device_seconds(model_s: float) -> float:
+    """A device time as spc predicts it: the memory model's ``model_s``, calibrated."""
+    return model_s * DEVICE_CALIBRATION
 
 
 class Throughput(Struct, frozen=True):
     batch: int  # images per run
-    device_s: float  # predicted device time of one run
+    device_s: float  # predicted device time of one run (calibrated)
     uploads: int  # host-to-device calls per run
     readbacks: int  # device-to-host calls per run
 
     @property
+    def upload_s(self) -> float:
+        return self.uploads * UPLOAD_S
+
+    @property
+    def readback_s(self) -> float:
+        return self.readbacks * D2H_CALL_S
+
+    @property
+    def host_post_s(self) -> float:
+        return self.batch * HOST_POST_S
+
+    @property
+    def overlap_s(self) -> float:
+        """How much of the upload the previous run's trace hides (or the other way round)."""
+        return min(self.upload_s, self.device_s)
+
+    @property
     def host_s(self) -> float:
-        return self.uploads * H2D_CALL_S + self.readbacks * D2H_CALL_S
+        return self.upload_s + self.readback_s + self.host_post_s
 
     @property
     def run_s(self) -> float:
-        return self.device_s + self.host_s
+        return max(self.upload_s, self.device_s) + self.readback_s + self.host_post_s
 
     @property
     def fps(self) -> float:
         return self.batch / self.run_s if self.run_s > 0 else 0.0
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "host_s": self.host_s, "run_s": self.run_s, "fps": self.fps}
+        return {**asdict(self), "upload_s": self.upload_s, "readback_s": self.readback_s,
+                "host_post_s": self.host_post_s, "overlap_s": self.overlap_s, "host_s": self.host_s,
+                "run_s": self.run_s, "fps": self.fps}

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from msgspec import Struct, field
 
-from spc.ir.types import DType
+from spc.ir.ops.spc_ops import as_ir_value
 from spc.records import asdict
 from spc.ttnn.configs import ComputeConfig, Conv2dConfig, PageLayout
 from spc.ttnn.formats import DataFormat
@@ -125,11 +125,7 @@ class DeviceTensor(Struct):
 
     def to_host(self, y: np.ndarray) -> np.ndarray:
         """The device result ``y`` as the IR value it holds: its shape, its element type (0/1 -> bool)."""
-        x = self.layout.from_device(y, self.shape)
-        dtype = DType(self.dtype)
-        if dtype is DType.BOOL:
-            return x != 0
-        return x.astype(np.float32 if dtype is DType.BF16 else dtype.numpy, copy=False)
+        return as_ir_value(y, self.form.value, self.shape, self.dtype)
 
 
 class DeviceConstant(Struct):

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from msgspec import Struct, field
 
+from spc.memory.throughput import Throughput
 from spc.plan.io import Plan
+from spc.runtime.batches import images_per_run
 from spc.runtime.inputs import load_input
 from spc.runtime.runner import Runner
 
@@ -30,6 +32,8 @@ class BenchReport(Struct):
     phases_ms: dict[str, float] = field(default_factory=dict)  # medians per frame
     forward_ms: float | None = None  # traced replay alone
     overflows: int = 0
+    # what spc predicts for a p150, per frame (memory/throughput.py): beside the measured phases
+    predicted_ms: dict[str, float] = field(default_factory=dict)
 
 
 def bench_plan(plan: Plan, files: list[Path], backend: str, frames: int, trace: bool = True) -> BenchReport:
@@ -48,9 +52,19 @@ def bench_plan(plan: Plan, files: list[Path], backend: str, frames: int, trace: 
         forward = runner.device.replay_seconds(frames) * 1e3 if traced else None
         overflows = runner.overflows
     phases = {k: statistics.median(v) * 1e3 for k, v in samples.items() if k != "wall"}
-    report = BenchReport(backend, traced, frames, phases, forward, overflows)
+    report = BenchReport(backend, traced, frames, phases, forward, overflows, predicted(plan))
     report.phases_ms["wall"] = statistics.median(samples["wall"]) * 1e3
     return report
+
+
+def predicted(plan: Plan) -> dict[str, float]:
+    """The plan's predicted phases on a card, ms per frame (and frames/s)."""
+    p = plan.program
+    b = images_per_run(p)
+    t = Throughput(b, float(plan.manifest.get("predicted_device_ms", 0.0)) / 1e3, len(p.device_inputs),
+                   len(p.device_outputs))
+    out = {k: t.as_dict()[f"{k}_s"] * 1e3 / b for k in ("upload", "device", "overlap", "readback", "host_post", "run")}
+    return {**out, "fps": t.fps}
 
 
 def print_bench(r: BenchReport) -> None:
@@ -74,3 +88,9 @@ def print_bench(r: BenchReport) -> None:
               "no comparison with the hand port's p150 figures)")
     if r.overflows:
         print(f"{r.overflows} frame(s) overflowed the compact read-back and were read densely")
+    p = r.predicted_ms
+    if p:
+        print(f"predicted for a p150, ms per frame (docs/end-to-end.md): upload {p['upload']:.3f} (beside the "
+              f"previous trace: {p['overlap']:.3f} hidden), device {p['device']:.3f}, read-back {p['readback']:.3f}, "
+              f"host post {p['host_post']:.3f}; {p['run']:.3f} per frame, {p['fps']:.1f} fps"
+              + ("; measured above: h2d, replay+d2h, host_post, wall" if on_device else ""))

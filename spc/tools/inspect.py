@@ -26,7 +26,7 @@ from spc.memory.calls import op_memory, writes_dram
 from spc.memory.dram import dram_peak
 from spc.memory.l1 import L1Use
 from spc.memory.residency import walk
-from spc.memory.throughput import D2H_CALL_S, H2D_CALL_S, Throughput
+from spc.memory.throughput import D2H_CALL_S, HOST_POST_S, UPLOAD_S, Throughput, device_seconds
 from spc.plan.io import Plan
 from spc.plan.program import TtOp, numel
 from spc.records import asdict
@@ -107,12 +107,13 @@ def plan_report(plan: Plan, plan_file: str = "") -> PlanReport:
     p = plan.program
     target = get_target(plan.manifest.get("target", "p150"))
     records = walk(p, target)
-    total = sum(r.seconds for r in records) or 1.0
+    total = device_seconds(sum(r.seconds for r in records)) or 1.0
     dtypes = {op.output: op.dtype for op in p.device_ops}
     dtypes.update({name: dt for op in p.device_ops for name, dt in zip(op.extra_outputs, op.extra_dtypes)})
     rows = [CallRow(i, f"kernel {r.op.args['kernel']}" if r.op.op == "spc.kernel" else r.op.op,
                     r.op.block or r.op.source, r.values, r.op.dtype.value, _memory(r.op),
-                    _shard(r.op, r.placed.use), r.placed.total, r.placed.headroom, r.seconds * 1e6, r.seconds / total,
+                    _shard(r.op, r.placed.use), r.placed.total, r.placed.headroom, device_seconds(r.seconds) * 1e6,
+                    device_seconds(r.seconds) / total,
                     r.placed.live_before)
             for i, r in enumerate(records)]
     h2d = sum(numel(t.device_shape) * 2 for t in p.device_inputs)  # uploaded as bf16
@@ -239,12 +240,19 @@ def print_report(report: PlanReport) -> None:
     t = report.throughput
     if t:
         b = t["batch"]
-        say(f"end to end ({b} image(s) per run): device {t['device_s'] * 1e3:.3f} ms per run, "
-            f"{t['uploads']} upload(s) x {H2D_CALL_S * 1e3:g} ms and {t['readbacks']} read-back(s) x "
-            f"{D2H_CALL_S * 1e3:g} ms per run ({t['uploads'] / b:g} and {t['readbacks'] / b:g} per frame; ttnn's "
-            f"per-call host costs, measured by the hand port); predicted {t['fps']:.1f} frames/s"
-            + (f" per chip, up to {t['fps'] * t['chips']:.1f} on the {t['chips']} chips (each runs its own images; "
-               "a mesh's host cost per call is not measured)" if t.get("chips", 1) > 1 else ""))
+        say(f"end to end, predicted ({b} image(s) per run; the hand port's measured per-call costs, the "
+            "device model calibrated on its forward: docs/end-to-end.md):")
+        for phase, per_run, what in (
+                ("upload", t["upload_s"], f"{t['uploads']} call(s) x {UPLOAD_S * 1e3:g} ms on CQ1"),
+                ("device", t["device_s"], "the trace"),
+                ("overlap", -t["overlap_s"], "the upload beside the previous run's trace"),
+                ("read-back", t["readback_s"], f"{t['readbacks']} call(s) x {D2H_CALL_S * 1e3:.2f} ms"),
+                ("host post", t["host_post_s"], f"{b} image(s) x {HOST_POST_S * 1e3:g} ms"),
+                ("run", t["run_s"], f"{t['fps']:.1f} frames/s")):
+            say(f"  {phase:<10} {per_run * 1e3:8.3f} ms per run {per_run * 1e3 / b:8.3f} ms per frame   {what}")
+        if t.get("chips", 1) > 1:
+            say(f"  per chip; up to {t['fps'] * t['chips']:.1f} frames/s on the {t['chips']} chips (each runs its "
+                "own images; a mesh's host cost per call is not measured)")
     if report.batch_search:
         say("--batch auto tried: " + "; ".join(
             f"{clean(r.get('batch'))}: " + (f"{r.get('fps', 0):.1f} frames/s, {r.get('run_s', 0) * 1e3:.1f} ms per run"

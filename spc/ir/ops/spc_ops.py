@@ -7,6 +7,7 @@ and the emulator's device numerics are tested against them.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,8 @@ from spc.ir.graph import Value
 from spc.ir.ops import register
 from spc.ir.ops.infer import same_type
 from spc.ir.ops.onnx_nn import conv2d_nchw, depth_to_space, max_pool_nchw, softmax
-from spc.ir.types import TensorType
+from spc.ir.types import DType, TensorType
+from spc.ttnn.layout import Form, layout_of
 
 A = list[Any]
 D = dict[str, Any]
@@ -133,3 +135,55 @@ def _fake_quant(ins: A, attrs: D) -> list[np.ndarray]:
     ``hi`` are the integer type's bounds less z (passes/fold_qdq.py)."""
     a = attrs
     return [fake_quantize(np.asarray(ins[0]), float(a["scale"]), float(a["lo"]), float(a["hi"]), float(a["unit"]))]
+
+
+def as_ir_value(y: np.ndarray, form: str, shape: list[int], dtype: str) -> np.ndarray:
+    """A tensor the device handed back (``y``, in its device shape and ``form``) as the IR value of
+    ``shape`` and element type ``dtype`` it holds: 0/1 as booleans, bfloat16 as float32."""
+    x = layout_of(Form(form), shape).from_device(y, shape)
+    t = DType(dtype)
+    if t is DType.BOOL:
+        return x != 0
+    return x.astype(np.float32 if t is DType.BF16 else t.numpy, copy=False)
+
+
+def _parts(attrs: D) -> list[tuple[int, int, list[int], list[int], str, str]]:
+    """spc.Unpack's parts, one per output: its columns (a, b), device shape, IR shape, form, type."""
+    keys = ("columns", "device_shapes", "shapes", "forms", "dtypes")
+    table = [list(attrs[k]) for k in keys]
+    if len({len(c) for c in table}) != 1:
+        raise ValueError(f"spc.Unpack: {', '.join(keys)} differ in length")
+    return [(int(c[0]), int(c[1]), [int(d) for d in ds], [int(d) for d in s], str(f), str(t))
+            for c, ds, s, f, t in zip(*table)]
+
+
+def _unpack_infer(ins: list[Value | None], attrs: D) -> list[TensorType]:
+    parts = _parts(attrs)
+    x = ins[0]
+    if x is not None and x.type.is_static:
+        _rows(int(np.prod(x.type.static_shape)), parts)
+    return [TensorType(DType(dtype), tuple(shape)) for *_, shape, _, dtype in parts]
+
+
+def _rows(size: int, parts: list[tuple[int, int, list[int], list[int], str, str]]) -> int:
+    """How many rows a read of ``size`` values holds, its columns cut into ``parts`` (ValueError
+    where they do not cut it)."""
+    width = max((b for _, b, *_ in parts), default=0)
+    if width == 0 or size % width or any(not 0 <= a < b for a, b, *_ in parts):
+        raise ValueError(f"columns {[[a, b] for a, b, *_ in parts]} do not cut {size} values into rows")
+    rows = size // width
+    for a, b, device_shape, *_ in parts:
+        if rows * (b - a) != math.prod(device_shape):
+            raise ValueError(f"columns {a}..{b} of {rows} rows do not hold a {device_shape} tensor")
+    return rows
+
+
+@register("spc.Unpack", _unpack_infer, arity=(1, 1))
+def _unpack(ins: A, attrs: D) -> list[np.ndarray]:
+    """The tensors one device read-back carries side by side (lowering/read_once.py): each its
+    columns of the rows read, in its device shape and form, as the IR value it holds."""
+    parts = _parts(attrs)
+    x = np.asarray(ins[0])
+    rows = x.reshape(_rows(x.size, parts), -1)
+    return [as_ir_value(rows[:, a:b].reshape(device_shape), form, shape, dtype)
+            for a, b, device_shape, shape, form, dtype in parts]

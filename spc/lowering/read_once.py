@@ -1,0 +1,93 @@
+"""One read-back per run: every tensor the host reads, packed on the device into one.
+
+ttnn's host cost is per call, not per byte (6-9 ms for each ``from_device`` on a p150, measured
+by the hand port: memory/throughput.py), so a run that reads three tensors pays three times. Here
+each device output is laid row-major in rows of one count for all (in float32 where any of them
+is not bfloat16: topk's positions, exact in float32 below 2^24, are not in bfloat16), and the
+outputs are concatenated side by side into one [1, 1, R, W] tensor; the host's first node,
+``spc.Unpack``, cuts its columns back into the tensors it read before, as its attributes say. The values
+are the same: bfloat16 and integers are exact in float32.
+
+Before::
+
+    device outputs: %values [1,1,1,k] bf16, %positions [1,1,1,k] u32, %descriptors [1,k,c] bf16
+    host: spc.KeypointsFromTopK(%values, %positions, %descriptors)
+
+After::
+
+    ttnn.typecast / ttnn.to_layout(ROW_MAJOR) / ttnn.reshape([1,1,k,w]) of each, ttnn.concat(dim=-1)
+    device outputs: %readback [1,1,k,1+1+c] f32
+    host: %values, %positions, %descriptors = spc.Unpack(%readback) {columns = [[0,1],[1,2],[2,2+c]], ...};
+          spc.KeypointsFromTopK(%values, %positions, %descriptors)
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import TYPE_CHECKING
+
+from spc.plan.program import DeviceTensor, HostNode
+from spc.ttnn.configs import PageLayout
+from spc.ttnn.formats import DataFormat
+from spc.ttnn.layout import Form, PlainLayout
+from spc.ttnn.memory import DRAM_INTERLEAVED
+
+if TYPE_CHECKING:
+    from spc.lowering.emitter import Emitter
+
+READBACK = "readback"
+
+
+def read_once(em: Emitter, outputs: list[DeviceTensor]) -> tuple[list[DeviceTensor], list[HostNode]]:
+    """``outputs`` as one device tensor, and the host node that gives them back; one output as it is."""
+    if len(outputs) < 2:
+        return outputs, []
+    f32, bf16 = DataFormat.FLOAT32, DataFormat.BFLOAT16
+    pack = bf16 if all(em.dtypes.get(t.name, bf16) is bf16 for t in outputs) else f32
+    counts = [math.prod(t.device_shape) for t in outputs]
+    rows = _rows(counts)
+    widths = [n // rows for n in counts]
+    columns = [sum(widths[:i]) for i in range(len(widths) + 1)]
+    flat = [_as_rows(em, t, pack, rows) for t in outputs]
+    em.emit("ttnn.concat", flat, READBACK, PlainLayout((1, 1, rows, columns[-1])), READBACK, store=pack,
+            out_shape=[1, 1, rows, columns[-1]], dim=-1)
+    packed = DeviceTensor(READBACK, [rows, columns[-1]], [1, 1, rows, columns[-1]], Form.PLAIN, "f32")
+    parts = {"columns": [[a, b] for a, b in itertools.pairwise(columns)],
+             "device_shapes": [list(t.device_shape) for t in outputs], "shapes": [list(t.shape) for t in outputs],
+             "forms": [t.form.value for t in outputs], "dtypes": [t.dtype for t in outputs]}
+    return [packed], [HostNode("spc.Unpack", READBACK, [READBACK], [t.name for t in outputs], parts)]
+
+
+def _rows(counts: list[int]) -> int:
+    """The rows every output is laid in, side by side: the most that divide each output's count,
+    then merged by the largest factor that keeps the narrowest output's row within 64 values and
+    the packed row within 1024 (small pages: a row-major row of a whole map is staged in L1 whole,
+    measured on the mock p150)."""
+    rows = math.gcd(*counts)
+    narrowest, total = min(counts) // rows, sum(counts) // rows
+    for f in range(max(1, min(64 // narrowest, 1024 // total)), 0, -1):
+        if rows % f == 0:
+            return rows // f
+    return rows
+
+
+def _as_rows(em: Emitter, t: DeviceTensor, pack: DataFormat, rows: int) -> str:
+    """Device output ``t`` interleaved, in ``pack``, row-major, as [1, 1, rows, its count / rows]."""
+    shape = list(t.device_shape)
+    lay = PlainLayout(tuple(shape))
+
+    def call(op: str, x: str, what: str, store: DataFormat | None = None, **args: object) -> str:
+        return em.emit(op, [x], f"{t.name}/{what}", lay, READBACK, store=store, out_shape=shape, **args)
+
+    x = t.name
+    if not em.in_dram.get(x, True):  # data movement takes interleaved tensors, not a conv's shards
+        x = call("ttnn.to_memory_config", x, "dram", memory_config=DRAM_INTERLEAVED)
+    if em.dtypes.get(x, DataFormat.BFLOAT16) is not pack:  # ttnn casts tiles
+        if not em.tiles.get(x, False):
+            x = call("ttnn.to_layout", x, "tiled", layout=PageLayout.TILE)
+        x = call("ttnn.typecast", x, pack.value, store=pack, dtype=pack)
+    if em.tiles.get(x, False):
+        x = call("ttnn.to_layout", x, "row_major", layout=PageLayout.ROW_MAJOR)
+    out = [1, 1, rows, math.prod(shape) // rows]
+    return em.emit("ttnn.reshape", [x], f"{t.name}/rows", PlainLayout(tuple(out)), READBACK, store=pack, shape=out)
