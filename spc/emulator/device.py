@@ -24,7 +24,10 @@ from spc.ttnn.configs import Activation
 from spc.ttnn.formats import DataFormat
 
 Emulation = Callable[[list[torch.Tensor], dict[str, torch.Tensor], dict[str, Any]], torch.Tensor]
-EMULATIONS: dict[str, Emulation] = {}
+# each call's own emulation (ttnn/calls: the element-wise, reduction, movement and selection calls),
+# then the ones below: models of the device's arithmetic (conv2d's matrix engine, the pools,
+# topk's fast path) and the fused kernels
+EMULATIONS: dict[str, Emulation] = {name: d.emulate for name, d in CALLS.items() if d.emulate is not None}
 # The spec of the calls whose emulation above is a faster spelling of the same bits (the
 # emulator's reference run, emu.py: EmuProgram(..., reference=True); tests/test_emu_fast_paths.py)
 REFERENCE_EMULATIONS: dict[str, Emulation] = {}
@@ -162,152 +165,12 @@ HOLDING_BF16 = {"ttnn.conv2d": conv2d_held}
 TAKES_HELD_BF16 = frozenset(name for name, d in CALLS.items() if d.takes_bf16)
 
 
-@emulates("ttnn.softmax")
-def softmax(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    # over the logical channels only: the tile padding never takes part
-    return torch.softmax(ins[0], dim=a["dim"])
-
-
-def _dims(a: dict[str, Any]) -> list[int]:
-    d = a["dim"]
-    return [int(x) for x in d] if isinstance(d, list) else [int(d)]
-
-
-@emulates("ttnn.mean")
-def mean(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return ins[0].mean(dim=_dims(a), keepdim=a["keepdim"])
-
-
-@emulates("ttnn.max")
-def max_(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return ins[0].amax(dim=_dims(a), keepdim=a["keepdim"])
-
-
-@emulates("ttnn.min")
-def min_(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return ins[0].amin(dim=_dims(a), keepdim=a["keepdim"])
-
-
-@emulates("ttnn.concat")
-def concat(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return torch.cat(ins, dim=a["dim"])
-
-
-@emulates("ttnn.pad")
-def pad(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    flat = [p for before, after in reversed(a["padding"]) for p in (before, after)]  # F.pad: last axis first
-    return F.pad(ins[0], flat, value=float(a["value"]))
-
-
-@emulates("ttnn.expand")
-def expand(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return ins[0].expand(*a["output_shape"]).contiguous()
-
-
-@emulates("ttnn.repeat")
-def repeat(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return ins[0].repeat(*a["repeat_dims"])
-
-
-@emulates("ttnn.transpose")
-def transpose(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return ins[0].transpose(a["dim1"], a["dim2"]).contiguous()
-
-
-@emulates("ttnn.matmul")
-def matmul(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    # bf16 operands, fp32 accumulation: HiFi4 with fp32 accumulation computes this up to summation order
-    return torch.matmul(ins[0], ins[1])
-
-
-@emulates("ttnn.where")
-def where(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    rest = iter(ins[1:])
-    t = a["true_value"] if "true_value" in a else next(rest)
-    f = a["false_value"] if "false_value" in a else next(rest)
-    return torch.where(ins[0] != 0, torch.as_tensor(t, dtype=torch.float32), torch.as_tensor(f, dtype=torch.float32))
-
-
 @emulates("ttnn.avg_pool2d")
 def avg_pool2d(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
     x = _nchw(ins[0], a["batch_size"], a["input_h"], a["input_w"])
     y = F.avg_pool2d(x, tuple(a["kernel_size"]), tuple(a["stride"]), tuple(a["padding"]), ceil_mode=a["ceil_mode"],
                      count_include_pad=a["count_include_pad"])
     return _flat(y)
-
-
-@emulates("ttnn.slice")
-def slice_(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    idx = tuple(slice(s, e, st) for s, e, st in zip(a["starts"], a["ends"], a["steps"]))
-    return ins[0][idx].contiguous()
-
-
-@emulates("ttnn.to_layout")
-def to_layout(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return ins[0]
-
-
-@emulates("ttnn.to_memory_config")
-def to_memory_config(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return ins[0]
-
-
-@emulates("ttnn.reshape")
-def reshape(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return ins[0].reshape(a["shape"])
-
-
-@emulates("ttnn.permute")
-def permute(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return ins[0].permute(*a["dims"]).contiguous()
-
-
-def _elementwise(name: str, fn: Callable[..., torch.Tensor]) -> None:
-    """``fn`` on the inputs, or on the input and the call's ``scalar``."""
-    EMULATIONS[name] = lambda ins, weights, a: fn(*ins, *([a["scalar"]] if "scalar" in a else [])).to(torch.float32)
-
-
-_elementwise("ttnn.typecast", lambda x: x)
-
-
-# comparisons and logic return 0/1 in the storage format, as ttnn's do
-_elementwise("ttnn.eq", lambda x, y: x == y)
-_elementwise("ttnn.ne", lambda x, y: x != y)
-_elementwise("ttnn.gt", lambda x, y: x > y)
-_elementwise("ttnn.ge", lambda x, y: x >= y)
-_elementwise("ttnn.lt", lambda x, y: x < y)
-_elementwise("ttnn.le", lambda x, y: x <= y)
-_elementwise("ttnn.gtz", lambda x: x > 0)
-_elementwise("ttnn.logical_not", lambda x: x == 0)
-_elementwise("ttnn.logical_and", lambda x, y: (x != 0) & (y != 0))
-_elementwise("ttnn.logical_or", lambda x, y: (x != 0) | (y != 0))
-_elementwise("ttnn.logical_xor", lambda x, y: (x != 0) ^ (y != 0))
-_elementwise("ttnn.multiply", torch.mul)
-_elementwise("ttnn.add", torch.add)
-_elementwise("ttnn.subtract", torch.sub)
-_elementwise("ttnn.divide", torch.div)
-_elementwise("ttnn.maximum", lambda x, y: torch.maximum(x, torch.as_tensor(y, dtype=x.dtype)))
-_elementwise("ttnn.minimum", lambda x, y: torch.minimum(x, torch.as_tensor(y, dtype=x.dtype)))
-_elementwise("ttnn.rsub", lambda x, y: y - x)
-_elementwise("ttnn.rsqrt", torch.rsqrt)
-_elementwise("ttnn.floor", torch.floor)
-# unary: exact float32 functions, stored in the call's format (the device's SFPU approximations are
-# not modelled: docs/precision.md)
-for _name, _fn in {"relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "exp": torch.exp,
-                   "log": torch.log, "sqrt": torch.sqrt, "reciprocal": torch.reciprocal, "neg": torch.neg,
-                   "abs": torch.abs, "ceil": torch.ceil, "round": torch.round, "sign": torch.sign, "sin": torch.sin,
-                   "cos": torch.cos, "tan": torch.tan, "asin": torch.asin, "acos": torch.acos, "atan": torch.atan,
-                   "sinh": torch.sinh, "cosh": torch.cosh, "asinh": torch.asinh, "acosh": torch.acosh,
-                   "atanh": torch.atanh, "erf": torch.erf, "softsign": F.softsign, "softplus": F.softplus,
-                   "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "mish": F.mish, "isnan": torch.isnan,
-                   "isinf": torch.isinf}.items():
-    _elementwise(f"ttnn.{_name}", _fn)
-EMULATIONS["ttnn.elu"] = lambda ins, w, a: F.elu(ins[0], alpha=a["alpha"])
-EMULATIONS["ttnn.celu"] = lambda ins, w, a: F.celu(ins[0], alpha=a["alpha"])
-EMULATIONS["ttnn.selu"] = lambda ins, w, a: a["scale"] * torch.where(ins[0] > 0, ins[0],
-                                                                     a["alpha"] * torch.expm1(ins[0]))
-EMULATIONS["ttnn.leaky_relu"] = lambda ins, w, a: F.leaky_relu(ins[0], a["negative_slope"])
-EMULATIONS["ttnn.pow"] = lambda ins, w, a: torch.pow(ins[0], a["exponent"])
 
 
 @reference("ttnn.topk")
@@ -350,18 +213,3 @@ def kernel(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[st
     from spc.kernels import KERNELS
 
     return KERNELS[a["kernel"]].reference(*ins, **a.get("params", {}))
-
-
-@emulates("ttnn.embedding")
-def embedding(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return F.embedding(ins[0].to(torch.int64), ins[1])
-
-
-@emulates("ttnn.sum")
-def sum_(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return ins[0].sum(dim=a["dim"], keepdim=a["keepdim"])
-
-
-@emulates("ttnn.clamp")
-def clamp(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return torch.clamp(ins[0], min=a.get("min"), max=a.get("max"))

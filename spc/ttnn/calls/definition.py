@@ -19,15 +19,18 @@ kernel.py); ``CALLS`` holds them all. Who reads which part:
 * traits: ``tiled`` (the page layout of its result, lowering/emitter.py), ``moves_values``,
   ``mask``, ``stores`` and ``takes_bf16`` (the emulator, emulator/device.py and runtime/emu.py).
 
-The emulation (torch, the device's numerics) is the one part kept out of this package, in
-emulator/device.py, keyed by the same names: ``spc compile`` imports no torch
-(tests/test_calls.py holds every call to an emulation, a meaning and a spelling).
+* ``emulate``: what the emulator runs for it, in torch, before storage (emulator/device.py adds
+  the calls whose emulation is a model of the device's own arithmetic: conv2d's matrix engine,
+  the pools, topk's fast path, the fused kernels). torch is imported when an emulation first runs
+  (:data:`torch`): ``spc compile`` imports none.
 
-Needs numpy (the meanings), neither ttnn nor torch.
+tests/test_calls.py holds every call to an emulation, a meaning and a spelling. Needs numpy
+(the meanings), neither ttnn nor torch to import.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, Protocol
@@ -65,6 +68,21 @@ PageLayoutName = Literal["TILE_LAYOUT", "ROW_MAJOR_LAYOUT"]
 MemoryConfigKey = Literal["DRAM_INTERLEAVED", "L1_INTERLEAVED"]
 JsonObject = dict[str, Any]
 F32 = np.float32  # what the meanings compute in
+
+
+class _OnFirstUse:
+    """A module imported when one of its attributes is first read."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+
+# the emulations' torch: imported by the first emulation that runs (~1.5 s; `spc compile` runs none)
+torch = _OnFirstUse("torch")
+F = _OnFirstUse("torch.nn.functional")
 
 
 # -- what a spelling is made of ---------------------------------------------------------------
@@ -218,6 +236,7 @@ def stream_buffers(args: dict[str, Any], inputs: int) -> int:
 ShapeRule = Callable[[list[list[int]], dict[str, Any], dict[str, Any]], int]
 Meaning = Callable[[list[Any], dict[str, Any], dict[str, Any]], Any]
 Spelling = Callable[[CallSpec], Call]
+Emulation = Callable[[list[Any], dict[str, Any], dict[str, Any]], Any]  # torch tensors in and out
 
 
 class CallDef(Struct, frozen=True):
@@ -243,6 +262,7 @@ class CallDef(Struct, frozen=True):
     takes_bf16: bool = False  # its emulation takes tensors held in bfloat16 as they are
     # its circular buffers on the busiest core, from its arguments and how many tensors it reads
     buffers: Callable[[dict[str, Any], int], int] = stream_buffers
+    emulate: Emulation | None = None  # None: emulator/device.py models it
 
 
 CALLS: dict[str, CallDef] = {}

@@ -16,6 +16,7 @@ from spc.ttnn.calls.definition import (
     Axes,
     Axis,
     Call,
+    F,
     Indices,
     MemoryConfigKey,
     Number,
@@ -30,6 +31,7 @@ from spc.ttnn.calls.definition import (
     numel,
     refs,
     spell,
+    torch,
 )
 
 MOVES = {"moves_values": True, "stores": True, "takes_bf16": True}
@@ -97,6 +99,11 @@ def _repeat_values(ins: list[list[int]], a: dict[str, Any], weights: dict[str, A
     return numel(ins[0]) * numel(a["repeat_dims"])
 
 
+def _pad_emulated(ins: list[Any], w: dict[str, Any], a: dict[str, Any]) -> Any:
+    flat = [p for before, after in reversed(a["padding"]) for p in (before, after)]  # F.pad: last axis first
+    return F.pad(ins[0], flat, value=float(a["value"]))
+
+
 def _positional(*keys: str) -> Any:
     """Spelled fn(input, *the arguments ``keys``, in order)."""
     return lambda op: Call(op.op, (refs(op)[0], *(op.args[k] for k in keys)))
@@ -104,32 +111,41 @@ def _positional(*keys: str) -> Any:
 
 define("ttnn.reshape", lambda op: Call(op.op, (refs(op)[0], op.args["shape"]), memory_kwargs(op.args)),
        lambda ins, w, a: ins[0].reshape(a["shape"]), _reshape_values,
-       args={"shape": Shape, "memory_config": MemoryConfigKey}, required=frozenset({"shape"}), **MOVES)
+       args={"shape": Shape, "memory_config": MemoryConfigKey}, required=frozenset({"shape"}), **MOVES,
+       emulate=lambda ins, w, a: ins[0].reshape(a["shape"]))
 define("ttnn.permute", _positional("dims"), lambda ins, w, a: np.ascontiguousarray(ins[0].transpose(a["dims"])),
-       _permute_values, args={"dims": Axes}, required=frozenset({"dims"}), **MOVES)
+       _permute_values, args={"dims": Axes}, required=frozenset({"dims"}), **MOVES,
+       emulate=lambda ins, w, a: ins[0].permute(*a["dims"]).contiguous())
 define("ttnn.transpose", _positional("dim1", "dim2"),
        lambda ins, w, a: np.ascontiguousarray(np.swapaxes(ins[0], a["dim1"], a["dim2"])), _transpose_values,
-       args={"dim1": Axis, "dim2": Axis}, required=frozenset({"dim1", "dim2"}), **MOVES)
+       args={"dim1": Axis, "dim2": Axis}, required=frozenset({"dim1", "dim2"}), **MOVES,
+       emulate=lambda ins, w, a: ins[0].transpose(a["dim1"], a["dim2"]).contiguous())
 # positional: ttnn's keyword overload (starts/ends/steps) takes exactly 4 dimensions
 define("ttnn.slice", _positional("starts", "ends", "steps"),
        lambda ins, w, a: np.ascontiguousarray(ins[0][tuple(slice(s, e, st) for s, e, st in
                                                             zip(a["starts"], a["ends"], a["steps"]))]),
        _slice_values, args={"starts": Indices, "ends": Indices, "steps": Indices},
-       required=frozenset({"starts", "ends", "steps"}), **MOVES)
+       required=frozenset({"starts", "ends", "steps"}), **MOVES,
+       emulate=lambda ins, w, a: ins[0][tuple(slice(s, e, st) for s, e, st in
+                                              zip(a["starts"], a["ends"], a["steps"]))].contiguous())
 define("ttnn.concat", lambda op: Call(op.op, (refs(op),), {"dim": op.args["dim"]}),
        lambda ins, w, a: np.concatenate(ins, axis=a["dim"]), _concat_values, inputs=(1, 64), args={"dim": Axis},
-       required=frozenset({"dim"}), **MOVES)
+       required=frozenset({"dim"}), **MOVES, emulate=lambda ins, w, a: torch.cat(ins, dim=a["dim"]))
 define("ttnn.expand", _positional("output_shape"),
        lambda ins, w, a: np.ascontiguousarray(np.broadcast_to(ins[0], a["output_shape"])), _expand_values,
-       args={"output_shape": Shape}, required=frozenset({"output_shape"}), **MOVES)
+       args={"output_shape": Shape}, required=frozenset({"output_shape"}), **MOVES,
+       emulate=lambda ins, w, a: ins[0].expand(*a["output_shape"]).contiguous())
 define("ttnn.repeat", _positional("repeat_dims"), lambda ins, w, a: np.tile(ins[0], a["repeat_dims"]),
-       _repeat_values, args={"repeat_dims": Shape}, required=frozenset({"repeat_dims"}), **MOVES)
+       _repeat_values, args={"repeat_dims": Shape}, required=frozenset({"repeat_dims"}), **MOVES,
+       emulate=lambda ins, w, a: ins[0].repeat(*a["repeat_dims"]))
 define("ttnn.pad", lambda op: Call(op.op, (refs(op)[0], [list(p) for p in op.args["padding"]], op.args["value"])),
        lambda ins, w, a: np.pad(ins[0], [tuple(p) for p in a["padding"]], constant_values=F32(a["value"])),
        _pad_values, args={"padding": Annotated[list[PadPair], Meta(min_length=1, max_length=MAX_RANK)],
-                          "value": Number}, required=frozenset({"padding", "value"}), stores=True, takes_bf16=False)
+                          "value": Number}, required=frozenset({"padding", "value"}), stores=True, takes_bf16=False,
+       emulate=_pad_emulated)
 # the page layout it names is its result's (lowering/emitter.py)
 define("ttnn.to_layout", lambda op: Call(op.op, (refs(op)[0], spell(op.args["layout"]))), _same, _as_many,
-       args={"layout": PageLayoutName}, required=frozenset({"layout"}), **MOVES)
+       args={"layout": PageLayoutName}, required=frozenset({"layout"}), **MOVES, emulate=_same)
 define("ttnn.to_memory_config", lambda op: Call(op.op, (refs(op)[0], spell(op.args["memory_config"]))), _same,
-       _as_many, args={"memory_config": MemoryConfigKey}, required=frozenset({"memory_config"}), **MOVES)
+       _as_many, args={"memory_config": MemoryConfigKey}, required=frozenset({"memory_config"}), **MOVES,
+       emulate=_same)

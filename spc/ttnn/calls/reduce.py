@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from spc.ttnn.calls.definition import F32, Axes, Axis, Call, CallSpec, ShapeError, axis, define, numel, refs
+from spc.ttnn.calls.definition import F32, Axes, Axis, Call, CallSpec, ShapeError, axis, define, numel, refs, torch
 
 
 def _softmax(ins: list[np.ndarray], weights: dict[str, np.ndarray], a: dict[str, Any]) -> np.ndarray:
@@ -25,7 +25,9 @@ def _softmax_values(ins: list[list[int]], a: dict[str, Any], weights: dict[str, 
 
 define("ttnn.softmax", lambda op: Call(op.op, (refs(op)[0],), {"dim": op.args["dim"],
                                                                "numeric_stable": op.args["numeric_stable"]}),
-       _softmax, _softmax_values, args={"dim": Axis, "numeric_stable": bool}, required=frozenset({"dim"}), tiled=True)
+       _softmax, _softmax_values, args={"dim": Axis, "numeric_stable": bool}, required=frozenset({"dim"}), tiled=True,
+       # over the logical channels only: the tile padding never takes part
+       emulate=lambda ins, w, a: torch.softmax(ins[0], dim=a["dim"]))
 
 
 def _dims(a: dict[str, Any]) -> tuple[int, ...]:
@@ -51,7 +53,12 @@ def _reduce_spelling(op: CallSpec) -> Call:
     return Call(op.op, (refs(op)[0],), {"dim": op.args["dim"], "keepdim": op.args["keepdim"]})
 
 
+_EMULATED = {"sum": lambda ins, w, a: ins[0].sum(dim=a["dim"], keepdim=a["keepdim"]),
+             "mean": lambda ins, w, a: ins[0].mean(dim=list(_dims(a)), keepdim=a["keepdim"]),
+             "max": lambda ins, w, a: ins[0].amax(dim=list(_dims(a)), keepdim=a["keepdim"]),
+             "min": lambda ins, w, a: ins[0].amin(dim=list(_dims(a)), keepdim=a["keepdim"])}
 for _name, _fn, _accumulate in (("sum", np.sum, True), ("mean", np.mean, True), ("max", np.max, False),
                                 ("min", np.min, False)):
     define(f"ttnn.{_name}", _reduce_spelling, _reduction(_fn, _accumulate), _reduced_values,
-           args={"dim": Axis | Axes, "keepdim": bool}, required=frozenset({"dim", "keepdim"}), tiled=True)
+           args={"dim": Axis | Axes, "keepdim": bool}, required=frozenset({"dim", "keepdim"}), tiled=True,
+           emulate=_EMULATED[_name])

@@ -15,6 +15,7 @@ from spc.ttnn.calls.definition import (
     Call,
     CallSpec,
     Count,
+    F,
     PageLayoutName,
     ShapeError,
     axis,
@@ -22,6 +23,7 @@ from spc.ttnn.calls.definition import (
     numel,
     refs,
     spell,
+    torch,
 )
 
 
@@ -76,7 +78,8 @@ def _embedding_values(ins: list[list[int]], a: dict[str, Any], weights: dict[str
 
 define("ttnn.embedding", lambda op: Call(op.op, tuple(refs(op)[:2]), {"layout": spell(op.args["layout"])}),
        lambda ins, w, a: ins[1][ins[0].astype(np.int64)], _embedding_values, inputs=(2, 2),
-       args={"layout": PageLayoutName}, stores=True)
+       args={"layout": PageLayoutName}, stores=True,
+       emulate=lambda ins, w, a: F.embedding(ins[0].to(torch.int64), ins[1]))
 
 
 def _matmul_values(ins: list[list[int]], a: dict[str, Any], weights: dict[str, Any]) -> int:
@@ -92,4 +95,6 @@ def _matmul_values(ins: list[list[int]], a: dict[str, Any], weights: dict[str, A
 
 define("ttnn.matmul", lambda op: Call(op.op, tuple(refs(op)[:2])),
        lambda ins, w, a: np.matmul(ins[0].astype(np.float64), ins[1].astype(np.float64)).astype(F32),
-       _matmul_values, inputs=(2, 2), tiled=True)
+       _matmul_values, inputs=(2, 2), tiled=True,
+       # bf16 operands, fp32 accumulation: HiFi4 with fp32 accumulation computes this up to summation order
+       emulate=lambda ins, w, a: torch.matmul(ins[0], ins[1]))
