@@ -268,9 +268,8 @@ def test_the_c_stand_in_compiler_writes_what_the_python_one_writes(tmp_path: Pat
         assert done.returncode == 1 and "without a firmware ELF" in done.stderr
 
 
-def test_hardsigmoid_as_torch_exports_it_runs_on_the_mock_p150(ttnn_python: str, tmp_path: Path) -> None:
-    """The last call added to ttnn/calls (ttnn.hardsigmoid, for nn.Hardsigmoid's alpha 1/6):
-    spelled as ttnn spells it and accepted by the real ttnn."""
+def _conv_hardsigmoid(tmp_path: Path) -> Path:
+    """A plan of a convolution and torch's nn.Hardsigmoid (ONNX HardSigmoid alpha 1/6, beta 0.5)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -286,8 +285,42 @@ def test_hardsigmoid_as_torch_exports_it_runs_on_the_mock_p150(ttnn_python: str,
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
     plan = tmp_path / "hs.ttplan"
     compile_onnx(src, plan)
-    assert [op.op for op in read_plan(plan).program.device_ops] == ["ttnn.conv2d", "ttnn.hardsigmoid"]
+    return plan
+
+
+def _accepted_by_ttnn(ttnn_python: str, plan: Path, name: str) -> None:
     for module, says in (("spc.runtime.ttnn_signatures", "0 signature mismatch(es)"),
-                         ("spc.runtime.ttnn_mock.check_plans", "ok hs")):
+                         ("spc.runtime.ttnn_mock.check_plans", f"ok {name}")):
         done = subprocess.run([ttnn_python, "-m", module, plan], capture_output=True, text=True, check=False, cwd=ROOT)
         assert done.returncode == 0 and says in done.stdout, done.stdout + done.stderr
+
+
+def test_hardsigmoid_as_torch_exports_it_runs_on_the_mock_p150(ttnn_python: str, tmp_path: Path) -> None:
+    """ttnn.hardsigmoid (for nn.Hardsigmoid's alpha 1/6): spelled as ttnn spells it and accepted by
+    the real ttnn."""
+    plan = _conv_hardsigmoid(tmp_path)
+    assert [op.op for op in read_plan(plan).program.device_ops] == ["ttnn.conv2d", "ttnn.hardsigmoid"]
+    _accepted_by_ttnn(ttnn_python, plan, "hs")
+
+
+def test_silu_the_last_call_defined_runs_on_the_mock_p150(ttnn_python: str, tmp_path: Path) -> None:
+    """ttnn.silu, defined in ttnn/calls/elementwise.py alone (no lowering emits it yet): a plan
+    holding it passes the plan's checks, runs on the emulator as its meaning says, and the real
+    ttnn takes it as spc spells it."""
+    from spc.ir.ops.onnx_nn import conv2d_nchw
+    from spc.runtime.runner import Runner
+    from spc.ttnn.calls import MEANINGS
+
+    plan = read_plan(_conv_hardsigmoid(tmp_path))
+    plan.program.device_ops[-1].op = "ttnn.silu"
+    silu = tmp_path / "silu.ttplan"
+    write_plan(silu, plan.program, plan.weights, plan.ir_text, {"target": "p150", "source": plan.manifest["source"]})
+    edited = read_plan(silu)  # the schema and the verifier take it
+    x = np.random.default_rng(1).normal(size=(1, 8, 32, 32)).astype(np.float32)
+    with Runner(edited) as runner:
+        got = runner.run(x).outputs["y"]
+    w = np.random.default_rng(0).normal(0, 0.2, (8, 8, 3, 3)).astype(np.float32)  # _conv_hardsigmoid's
+    c = conv2d_nchw(x, w, None, [1, 1], [1, 1, 1, 1], [1, 1], 1)
+    # bfloat16 input, weights and result around an exact float32 silu
+    np.testing.assert_allclose(got, MEANINGS["ttnn.silu"]([c], {}, {}), rtol=0.03, atol=0.03)
+    _accepted_by_ttnn(ttnn_python, silu, "silu")

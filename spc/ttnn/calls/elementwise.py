@@ -71,7 +71,8 @@ UNARY: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "softsign": (lambda x: x / (1 + np.abs(x)), _t("softsign", F)), "softplus": (_softplus, _t("softplus", F)),
     "hardswish": (lambda x: x * np.clip(x + 3, 0, 6) / 6, _t("hardswish", F)),
     "hardsigmoid": (lambda x: np.clip(x / 6 + 0.5, 0, 1), _t("hardsigmoid", F)),
-    "mish": (lambda x: x * np.tanh(_softplus(x)), _t("mish", F)), "isnan": (np.isnan, _t("isnan")),
+    "mish": (lambda x: x * np.tanh(_softplus(x)), _t("mish", F)),
+    "silu": (lambda x: x / (1 + np.exp(-x)), _t("silu", F)), "isnan": (np.isnan, _t("isnan")),
     "isinf": (np.isinf, _t("isinf"))}
 MASKS = {"eq", "ne", "gt", "ge", "lt", "le", "gtz", "logical_not", "logical_and", "logical_or", "logical_xor"}
 
