@@ -21,7 +21,7 @@ from spc.frontend.onnx_import import import_onnx
 from spc.ir.graph import Placement
 from spc.ir.interpreter import evaluate_graph
 from spc.ir.ops.spc_ops import l2_normalize, nms, score_fold
-from spc.passes import fuse_keypoints
+from spc.passes.keypoints import recognise, trial
 from spc.passes.manager import PassContext, PassManager
 from spc.passes.pipeline import default_pipeline
 from spc.passes.semantic_match import evaluate, faithful, grow_region, small_probe
@@ -171,16 +171,16 @@ def _fast_and_slow(g, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, int, Any, i
     the region runs each took."""
     post = [n for n in g.nodes if n.placement is Placement.HOST_POST]
     runs = {"n": 0}
-    real = fuse_keypoints._Trial.__call__
+    real = trial.Trial.__call__
 
     def counted(self, score_map, only=None):
         runs["n"] += 1
         return real(self, score_map, only)
 
-    monkeypatch.setattr(fuse_keypoints._Trial, "__call__", counted)
-    fast = fuse_keypoints._recognise(post, g, None, fast=True)
+    monkeypatch.setattr(trial.Trial, "__call__", counted)
+    fast = recognise._recognise(post, g, None, fast=True)
     fast_runs, runs["n"] = runs["n"], 0
-    slow = fuse_keypoints._recognise(post, g, None, fast=False)
+    slow = recognise._recognise(post, g, None, fast=False)
     return fast, fast_runs, slow, runs["n"]
 
 
