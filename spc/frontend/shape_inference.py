@@ -18,7 +18,8 @@ from typing import Any
 from spc.errors import SpcError
 from spc.forked import can_fork
 from spc.frontend import onnx_proto
-from spc.frontend.validate import _first_line, _size, node_label
+from spc.frontend.validate import node_label
+from spc.text import byte_size, one_line
 
 # onnx's shape inference in its child process (import_onnx): wall time and address space. SuperPoint's
 # inference runs in 128 MiB; a hostile data propagation fills 1 GiB in ~2 s, then runs without it
@@ -158,7 +159,7 @@ def infer_shapes(model: Any, path: Path, isolate: bool, started: Inference | Non
         except SpcError:
             raise
         except Exception as exc:  # a malformed graph fails here first
-            raise SpcError(f"{path}: ONNX shape inference failed: {_first_line(exc)}") from None
+            raise SpcError(f"{path}: ONNX shape inference failed: {one_line(exc)}") from None
     inferred = type(model).FromString(out)
     del model.graph.value_info[:]
     model.graph.value_info.extend(inferred.graph.value_info)
@@ -198,11 +199,11 @@ def _outcome(done: tuple[int, bytes, bytes], path: Path) -> bytes | None:
     if code == 0:
         return out
     if code == 3:
-        raise SpcError(f"{path}: ONNX shape inference failed: {_first_line(err.decode(errors='replace'))}")
+        raise SpcError(f"{path}: ONNX shape inference failed: {one_line(err.decode(errors='replace'))}")
     if code == 5:
         return None
     if code == 6:
-        raise _Crash(f"needed more than {_size(INFER_MEMORY_BYTES)} of memory beyond the model", resources=True)
+        raise _Crash(f"needed more than {byte_size(INFER_MEMORY_BYTES)} of memory beyond the model", resources=True)
     if code == 7:
         raise SpcError(_TOO_LARGE.format(path=path))
     if code == _TIMED_OUT:

@@ -38,6 +38,7 @@ from typing import Any
 from spc.errors import SpcError
 from spc.frontend import onnx_proto
 from spc.ir.types import onnx_type_name
+from spc.text import byte_size, one_line
 
 # -- caps -------------------------------------------------------------------------------------
 # protobuf's own limit: a larger file cannot be one ModelProto (big weights go in external data)
@@ -115,20 +116,6 @@ def node_label(node: Any, index: int) -> str:
     return show(node.name) if isinstance(node.name, str) and node.name else f"#{index}"
 
 
-def _size(n: int) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
-        if n < 1024 or unit == "EiB":
-            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    raise AssertionError
-
-
-def _first_line(exc: BaseException | str) -> str:
-    """An exception text as one line: onnx's messages run over several, with blank ones."""
-    text = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
-    return text[:300] + ("..." if len(text) > 300 else "")
-
-
 # -- the file ---------------------------------------------------------------------------------
 def read_model(path: Path) -> Any:
     """Parse ``path`` into a ModelProto with its external data read in; every failure is one
@@ -151,7 +138,7 @@ def read_file(path: Path) -> bytes:
     if st.st_size == 0:
         raise SpcError(f"{path}: the file is empty (0 bytes); re-export the model")
     if st.st_size > MAX_FILE_BYTES:
-        raise SpcError(f"{path}: {_size(st.st_size)}, more than one ONNX protobuf can hold (2 GiB); "
+        raise SpcError(f"{path}: {byte_size(st.st_size)}, more than one ONNX protobuf can hold (2 GiB); "
                        "re-save the model with its weights as external data")
     try:
         return path.read_bytes()
@@ -167,7 +154,7 @@ def parse_model(data: bytes, path: Path) -> Any:
     try:
         model.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as exc:  # upb raises DecodeError; be generous
-        raise SpcError(f"{path}: not an ONNX model: the protobuf does not parse ({_first_line(exc)}); "
+        raise SpcError(f"{path}: not an ONNX model: the protobuf does not parse ({one_line(exc)}); "
                        "the file is truncated or of another kind: re-export it with `spc export`") from None
     if not model.HasField("graph") or not model.graph.node:
         raise SpcError(f"{path}: the ONNX graph has no nodes (a truncated file or not an ONNX model); "
@@ -261,7 +248,7 @@ def _load_external_data(model: Any, path: Path) -> None:
                            "belongs to another model: re-save them together")
         total += need
         if total > MAX_TOTAL_CONST_BYTES:
-            raise SpcError(f"{path}: the weights exceed spc's cap of {_size(MAX_TOTAL_CONST_BYTES)} in total; "
+            raise SpcError(f"{path}: the weights exceed spc's cap of {byte_size(MAX_TOTAL_CONST_BYTES)} in total; "
                            "this is not a SuperPoint-sized model")
         try:
             with open(target, "rb") as f:
@@ -393,13 +380,13 @@ def check_model(model: Any, path: Path, opset: int) -> None:
                                "an ONNX value is assigned once: re-export the model")
             defined[name] = f"node {node_label(node, i)}"
         if total > MAX_TOTAL_CONST_BYTES:
-            raise SpcError(f"{path}: the weights exceed spc's cap of {_size(MAX_TOTAL_CONST_BYTES)} in total; "
+            raise SpcError(f"{path}: the weights exceed spc's cap of {byte_size(MAX_TOTAL_CONST_BYTES)} in total; "
                            "this is not a SuperPoint-sized model")
     missing = [show(o.name) for o in g.output if o.name not in defined]
     if missing:
         raise SpcError(f"{path}: graph output(s) {', '.join(missing)} are never produced; re-export the model")
     if total > MAX_TOTAL_CONST_BYTES:
-        raise SpcError(f"{path}: the weights exceed spc's cap of {_size(MAX_TOTAL_CONST_BYTES)} in total; "
+        raise SpcError(f"{path}: the weights exceed spc's cap of {byte_size(MAX_TOTAL_CONST_BYTES)} in total; "
                        "this is not a SuperPoint-sized model")
 
 
@@ -435,7 +422,7 @@ def check_value_type(vi: Any, kind: str, path: Path, required: bool = False) -> 
 def check_numel(numel: int, shape: list[Any], where: str, elem_type: int = 1) -> None:
     """A tensor's element count within :data:`MAX_ELEMENTS` (``where`` names it)."""
     if numel > MAX_ELEMENTS:
-        size = _size(numel * _ITEMSIZE.get(elem_type, 4))
+        size = byte_size(numel * _ITEMSIZE.get(elem_type, 4))
         raise SpcError(f"{where}: shape {shape} holds {numel:.3g} elements ({size}), more than spc's cap of "
                        f"2**31 elements per tensor; the shape is corrupt: fix it and re-export the model")
 
@@ -454,8 +441,8 @@ def _checked_numel(t: Any, what: str, path: Path) -> int:
                        "re-export the model")
     numel = math.prod(t.dims)
     if numel * _ITEMSIZE[t.data_type] > MAX_CONST_BYTES:
-        raise SpcError(f"{path}: {what}: dims {list(t.dims)} declare {_size(numel * _ITEMSIZE[t.data_type])}, "
-                       f"more than spc's cap of {_size(MAX_CONST_BYTES)} per constant; the tensor is corrupt "
+        raise SpcError(f"{path}: {what}: dims {list(t.dims)} declare {byte_size(numel * _ITEMSIZE[t.data_type])}, "
+                       f"more than spc's cap of {byte_size(MAX_CONST_BYTES)} per constant; the tensor is corrupt "
                        "(or not a SuperPoint weight): re-export the model")
     if t.HasField("segment"):
         raise SpcError(f"{path}: {what} is a segmented tensor, which spc does not read; re-save the model")
@@ -475,7 +462,7 @@ def check_tensor(t: Any, what: str, path: Path) -> int:
     if not held and numel == 0:
         return 0
     if not held:
-        raise SpcError(f"{path}: {what}: dims {list(t.dims)} declare {numel} {tname} elements ({_size(nbytes)}) "
+        raise SpcError(f"{path}: {what}: dims {list(t.dims)} declare {numel} {tname} elements ({byte_size(nbytes)}) "
                        "but the tensor holds no data; re-export the model with its weights")
     if len(held) > 1:
         raise SpcError(f"{path}: {what} holds data in several fields ({', '.join(held)}); re-export the model")
@@ -615,4 +602,4 @@ def onnx_check_nodes(model: Any, path: Path) -> None:
             checker.check_node(node.SerializeToString(), ctx, lexical)
         except Exception as exc:  # ValidationError, and whatever else the C++ side raises
             raise SpcError(f"{path}: node {node_label(node, i)} ({node.op_type}) fails onnx's checker: "
-                           f"{_first_line(exc)}; fix the node and re-export the model") from None
+                           f"{one_line(exc)}; fix the node and re-export the model") from None

@@ -16,7 +16,7 @@ import numpy as np
 from msgspec import Struct, field
 
 from spc.ir.graph import Value
-from spc.memory.calls import result_in_dram
+from spc.memory.call_specs import result_in_dram
 from spc.plan.program import DeviceConstant, TtOp
 from spc.ttnn.calls import CALLS
 from spc.ttnn.configs import PageLayout
@@ -59,7 +59,7 @@ class Emitter(Struct):
         else:
             tiled = CALLS[op].tiled  # the call's result layout, or its input's (ttnn/calls)
             self.tiles[output] = tiled if tiled is not None else self.tiles.get(inputs[0], False) if inputs else False
-        # where the call leaves its result: as the memory planner reads it (memory/calls.py)
+        # where the call leaves its result: as the memory planner reads it (memory/call_specs.py)
         self.in_dram[output] = result_in_dram(self.ops[-1], self.in_dram.get(inputs[0], True) if inputs else True)
         return output
 

@@ -18,7 +18,7 @@ for; the absolute figure is an estimate (docs/memory.md says how far to trust it
 
 from __future__ import annotations
 
-from spc.memory.calls import Resident, conv_spec, op_memory, pool_spec
+from spc.memory.call_specs import Resident, conv_spec, op_memory, pool_spec
 from spc.memory.l1 import ConvSpec, L1Use, Window, act_block_tiles, round_up, slice_windows
 from spc.plan.program import TtOp, numel
 from spc.ttnn.formats import MathFidelity

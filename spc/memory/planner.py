@@ -41,7 +41,7 @@ from msgspec import Struct
 from msgspec.structs import replace
 
 from spc.errors import SpcError
-from spc.memory.calls import conv_spec, pool_spec, result_in_dram
+from spc.memory.call_specs import conv_spec, pool_spec, result_in_dram
 from spc.memory.l1 import Window
 from spc.memory.residency import CallRecord, Placed, Walk
 from spc.plan.program import Program, TtOp

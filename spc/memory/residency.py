@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from msgspec import Struct
 
-from spc.memory.calls import DRAM_RM, Resident, conv_spec, op_memory, pool_spec, writes_dram
+from spc.memory.call_specs import DRAM_RM, Resident, conv_spec, op_memory, pool_spec, writes_dram
 from spc.memory.cost import call_seconds, output_bytes
 from spc.memory.l1 import L1Use, conv_l1, pool_l1, tensor_per_core
 from spc.memory.ledger import Ledger

@@ -1,22 +1,23 @@
 """Frames per second end to end on a card, as the hand port's measured rows say a run goes.
 
-A run of a plan (B images) on a p150, traced, in the loop the ttnn backend runs
-(runtime/ttnn_backend.py: the input uploaded on command queue 1 while the previous run's trace
-executes on queue 0, then read back and finished on the host)::
+The runtime's loop is the hand port's (runtime/ttnn_backend.py, tests/test_ttnn_queues.py): per
+run, command queue 1 waits for the previous replay (it reads the same input buffer), uploads the
+run's images and records an event; queue 0 waits for that event and replays the trace; the host
+reads back (the read blocks until the replay ends), then post-processes::
 
     phase      what                                                    predicted from
-    upload     the run's inputs to the device on CQ1, the trace's      UPLOAD_S per upload call
-               launch (overlaps the previous run's trace)
+    upload     the run's inputs to the device on CQ1                   UPLOAD_S per upload call
     device     the trace                                               the memory model x DEVICE_CALIBRATION
     read-back  each output's from_device, after the trace              D2H_CALL_S per call
     host post  the host's nodes after the device (keypoints ...)       HOST_POST_S per image
 
     run = max(upload, device) + read-backs + host post;  fps = B / run
 
-The constants are the hand port's measurements on a p150 (../shared/reference/
-seed-tt-superpoint-model-card.md; docs/end-to-end.md puts the model beside each of its rows),
-fitted where one row does not give a constant alone. ttnn's host costs are per call, not per byte:
-what a run reads and uploads in one call each costs one call.
+The hand port measured that loop at 24.55 ms a frame where its phases one after another would take
+at least 36 (10.7 + 11.68 + 2 x 6 + 1.8): the upload's host cost overlaps the device's work, and
+the model takes it so, its constants fitted on that row (docs/end-to-end.md, which also gives the
+prediction of the serial reading). ttnn's host costs are per call, not per byte: what a run
+reads and uploads in one call each costs one call.
 """
 
 from __future__ import annotations

@@ -27,13 +27,13 @@ from spc.runtime.inputs import (
     MAX_IMAGE_PIXELS,
     check_file,
     check_values,
-    first_line,
     grey_image,
     image_size,
     load_input,
     read_npy,
     resize,
 )
+from spc.text import one_line
 
 VIDEO_SUFFIXES = {".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".wmv", ".flv"}
 RESIZE_MODES = ("stretch", "fit")
@@ -170,7 +170,7 @@ def probe_video(path: Path) -> Source:
     except SpcError:
         raise
     except Exception as exc:  # ffmpeg's answer on a file it cannot read: any error
-        detail = first_line(exc)
+        detail = one_line(exc, 160)
         raise SpcError(f"{path}: not a readable video ({type(exc).__name__}{': ' + detail if detail else ''})"
                        ) from None
     if w * h > MAX_IMAGE_PIXELS:
@@ -215,7 +215,7 @@ def _video_frames(source: Source) -> Iterator[np.ndarray]:
     except SpcError:
         raise
     except Exception as exc:
-        detail = first_line(exc)
+        detail = one_line(exc, 160)
         raise SpcError(f"{source.path}: frame {got + 1} is not readable ({type(exc).__name__}"
                        f"{': ' + detail if detail else ''})") from None
     if got < source.frames:

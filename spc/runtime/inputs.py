@@ -25,6 +25,7 @@ import numpy as np
 from msgspec import Struct, field
 
 from spc.errors import SpcError
+from spc.text import one_line
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".gif", ".pgm", ".ppm"}
 
@@ -151,11 +152,6 @@ def _check_values(path: Path, a: np.ndarray, allow_nonfinite: bool) -> None:
                        f"(the first, {first:g}, at index {list(where)}); {_NONFINITE_HINT}")
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:160] if text else ""
-
-
 def image_size(path: Path) -> tuple[int, int]:
     """An image's (width, height) from its header, checked as :func:`grey_image` checks it (a
     regular, non-empty file PIL recognises, within :data:`MAX_IMAGE_PIXELS`); nothing decoded."""
@@ -195,7 +191,7 @@ def _open_image(path: Path, allow_nonfinite: bool | None):
         raise SpcError(too_big.format(size=str(exc).split(" exceeds")[0].removeprefix("Image size ").strip("()")
                                       or "too many pixels")) from None
     except (UnidentifiedImageError, OSError, ValueError, EOFError, SyntaxError, IndexError, struct.error) as exc:
-        detail = _first_line(exc)
+        detail = one_line(exc, 160)
         raise SpcError(f"{path}: not a readable image ({type(exc).__name__}{': ' + detail if detail else ''}); "
                        "give a JPEG, PNG, ... or a .npy file") from None
     except MemoryError:
@@ -225,7 +221,7 @@ def _grey(path: Path, im, allow_nonfinite: bool) -> np.ndarray:
 
 
 # for spc/runtime/frames.py, which checks inputs as this module does
-check_file, check_values, first_line = _check_file, _check_values, _first_line
+check_file, check_values = _check_file, _check_values
 
 
 def resize(a: np.ndarray, h: int, w: int) -> np.ndarray:
@@ -260,7 +256,7 @@ def read_npy(path: Path, shape: list[int]) -> np.ndarray:
             except SpcError:
                 raise
             except Exception as exc:  # numpy parses the header as a Python literal: any error can come out
-                raise SpcError(f"{path}: damaged .npy header ({type(exc).__name__}: {_first_line(exc)}); "
+                raise SpcError(f"{path}: damaged .npy header ({type(exc).__name__}: {one_line(exc, 160)}); "
                                "save the array again with numpy.save") from None
             if list(got) != shape:
                 raise SpcError(f"{path}: array shape {list(got)} does not match the plan input {shape}")

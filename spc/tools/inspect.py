@@ -22,7 +22,7 @@ from typing import Any
 
 from msgspec import Struct, field
 
-from spc.memory.calls import op_memory, writes_dram
+from spc.memory.call_specs import op_memory, writes_dram
 from spc.memory.dram import dram_peak
 from spc.memory.l1 import L1Use
 from spc.memory.residency import walk

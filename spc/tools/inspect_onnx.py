@@ -22,6 +22,7 @@ from msgspec import Struct, field
 
 from spc.files import file_sha256
 from spc.records import asdict
+from spc.text import byte_size
 from spc.tools.inspect import clean
 
 # ONNX element types: name and bits per element (strings have no fixed size)
@@ -136,10 +137,6 @@ def model_report(path: Path) -> ModelReport:
         metadata_props=dict(meta_items), functions=len(model.functions), left_off=left_off)
 
 
-def _size(n: int) -> str:
-    return f"{n:,} bytes" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB ({n:,} bytes)"
-
-
 def _shape(v: dict[str, Any]) -> str:
     return "shape not declared" if v["shape"] is None else "[" + ", ".join(str(d) for d in v["shape"]) + "]"
 
@@ -147,7 +144,7 @@ def _shape(v: dict[str, Any]) -> str:
 def report_lines(r: ModelReport) -> list[str]:
     """``spc inspect MODEL.onnx`` as text, one plain line each."""
     opsets = ", ".join(f"{d} {v}" for d, v in r.opsets.items()) or "none"
-    lines = [f"model: {clean(r.file)} ({_size(r.bytes)}, sha256 {r.sha256})",
+    lines = [f"model: {clean(r.file)} ({byte_size(r.bytes)}, sha256 {r.sha256})",
              f"  ir_version {r.ir_version}; opset {opsets}; producer {r.producer or '(none)'}; "
              f"graph {r.graph_name or '(unnamed)'}"]
     if r.doc_string:
@@ -158,7 +155,7 @@ def report_lines(r: ModelReport) -> list[str]:
         width = min(max((len(v["name"]) for v in values), default=0), 40)
         lines += [f"  {v['name']:<{width}}  {v['dtype']:<8} {_shape(v)}" for v in values]
         lines += [m for m in [more(title)] if m]
-    lines.append(f"initializers: {r.initializers}, {_size(r.initializer_bytes)}"
+    lines.append(f"initializers: {r.initializers}, {byte_size(r.initializer_bytes)}"
                  + (f"; functions: {r.functions}" if r.functions else ""))
     lines.append(f"nodes: {r.nodes} ({len(r.op_types) + r.left_off.get('op_types', 0)} op types)")
     width = min(max((len(k) for k in r.op_types), default=0), 40)

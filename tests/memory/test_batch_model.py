@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from spc.memory.calls import DRAM_RM
+from spc.memory.call_specs import DRAM_RM
 from spc.memory.l1 import ConvSpec, PoolSpec, Window, conv_l1, pool_l1
 from spc.memory.ledger import Ledger
 from spc.memory.residency import op_use, place
