@@ -153,7 +153,7 @@ def first_op(edit: Callable[[dict], None]) -> Edit:
     ("declared shape lies", first_op(lambda op: op.update(shape=[1, 1, 6144, 32])), "6144"),
     ("program not an object", lambda d: [d], "program.json"),
     ("read-back cut wrongly", lambda d: setitem(d, "host_post", [setitem(d["host_post"][0], "attrs", setitem(
-        d["host_post"][0]["attrs"], "columns", [[0, 1], [1, 2], [2, 9999]])), *d["host_post"][1:]]),
+        d["host_post"][0]["attrs"], "rows", [[0, 1], [1, 2], [2, 9999]])), *d["host_post"][1:]]),
      "do not cut"),
 ])
 def test_edited_programs_are_refused(name: str, edit: Edit, contains: str, small_plan: Path, tmp_path: Path) -> None:

@@ -2,10 +2,10 @@
 
 ttnn's host cost is per call, not per byte (6-9 ms for each ``from_device`` on a p150, measured
 by the hand port: memory/throughput.py), so a run that reads three tensors pays three times. Here
-each device output is laid row-major in rows of one count for all (in float32 where any of them
+each device output is laid row-major in rows of one width for all (in float32 where any of them
 is not bfloat16: topk's positions, exact in float32 below 2^24, are not in bfloat16), and the
-outputs are concatenated side by side into one [1, 1, R, W] tensor; the host's first node,
-``spc.Unpack``, cuts its columns back into the tensors it read before, as its attributes say. The values
+outputs' rows are concatenated one after another into one [1, 1, R, W] tensor; the host's first
+node, ``spc.Unpack``, takes each one's rows back (a view: no copy), as its attributes say. The values
 are the same: bfloat16 and integers are exact in float32.
 
 Before::
@@ -15,9 +15,9 @@ Before::
 
 After::
 
-    ttnn.typecast / ttnn.to_layout(ROW_MAJOR) / ttnn.reshape([1,1,k,w]) of each, ttnn.concat(dim=-1)
-    device outputs: %readback [1,1,k,1+1+c] f32
-    host: %values, %positions, %descriptors = spc.Unpack(%readback) {columns = [[0,1],[1,2],[2,2+c]], ...};
+    ttnn.typecast / ttnn.to_layout(ROW_MAJOR) / ttnn.reshape([1,1,n/k,k]) of each, ttnn.concat(dim=-2)
+    device outputs: %readback [1,1,2+c,k] f32
+    host: %values, %positions, %descriptors = spc.Unpack(%readback) {rows = [[0,1],[1,2],[2,2+c]], ...};
           spc.KeypointsFromTopK(%values, %positions, %descriptors)
 """
 
@@ -46,34 +46,30 @@ def read_once(em: Emitter, outputs: list[DeviceTensor]) -> tuple[list[DeviceTens
     f32, bf16 = DataFormat.FLOAT32, DataFormat.BFLOAT16
     pack = bf16 if all(em.dtypes.get(t.name, bf16) is bf16 for t in outputs) else f32
     counts = [math.prod(t.device_shape) for t in outputs]
-    rows = _rows(counts)
-    widths = [n // rows for n in counts]
-    columns = [sum(widths[:i]) for i in range(len(widths) + 1)]
-    flat = [_as_rows(em, t, pack, rows) for t in outputs]
-    em.emit("ttnn.concat", flat, READBACK, PlainLayout((1, 1, rows, columns[-1])), READBACK, store=pack,
-            out_shape=[1, 1, rows, columns[-1]], dim=-1)
-    packed = DeviceTensor(READBACK, [rows, columns[-1]], [1, 1, rows, columns[-1]], Form.PLAIN, "f32")
-    parts = {"columns": [[a, b] for a, b in itertools.pairwise(columns)],
+    width = _width(counts)
+    rows = [0]
+    for n in counts:
+        rows.append(rows[-1] + n // width)
+    parts = [_as_rows(em, t, pack, width) for t in outputs]
+    em.emit("ttnn.concat", parts, READBACK, PlainLayout((1, 1, rows[-1], width)), READBACK, store=pack,
+            out_shape=[1, 1, rows[-1], width], dim=-2)
+    packed = DeviceTensor(READBACK, [rows[-1], width], [1, 1, rows[-1], width], Form.PLAIN, "f32")
+    attrs = {"rows": [[a, b] for a, b in itertools.pairwise(rows)],
              "device_shapes": [list(t.device_shape) for t in outputs], "shapes": [list(t.shape) for t in outputs],
              "forms": [t.form.value for t in outputs], "dtypes": [t.dtype for t in outputs]}
-    return [packed], [HostNode("spc.Unpack", READBACK, [READBACK], [t.name for t in outputs], parts)]
+    return [packed], [HostNode("spc.Unpack", READBACK, [READBACK], [t.name for t in outputs], attrs)]
 
 
-def _rows(counts: list[int]) -> int:
-    """The rows every output is laid in, side by side: the most that divide each output's count,
-    then merged by the largest factor that keeps the narrowest output's row within 64 values and
-    the packed row within 1024 (small pages: a row-major row of a whole map is staged in L1 whole,
-    measured on the mock p150)."""
-    rows = math.gcd(*counts)
-    narrowest, total = min(counts) // rows, sum(counts) // rows
-    for f in range(max(1, min(64 // narrowest, 1024 // total)), 0, -1):
-        if rows % f == 0:
-            return rows // f
-    return rows
+def _width(counts: list[int]) -> int:
+    """The rows' width: the largest divisor of every output's count up to 2048 values (a row-major
+    row is one page, which ttnn stages in L1 whole: a whole map's is too much, measured on the mock
+    p150), so that each output is whole rows, one after another."""
+    common = math.gcd(*counts)
+    return max(d for d in range(1, min(common, 2048) + 1) if common % d == 0)
 
 
-def _as_rows(em: Emitter, t: DeviceTensor, pack: DataFormat, rows: int) -> str:
-    """Device output ``t`` interleaved, in ``pack``, row-major, as [1, 1, rows, its count / rows]."""
+def _as_rows(em: Emitter, t: DeviceTensor, pack: DataFormat, width: int) -> str:
+    """Device output ``t`` interleaved, in ``pack``, row-major, as [1, 1, its count / width, width]."""
     shape = list(t.device_shape)
     lay = PlainLayout(tuple(shape))
 
@@ -89,5 +85,5 @@ def _as_rows(em: Emitter, t: DeviceTensor, pack: DataFormat, rows: int) -> str:
         x = call("ttnn.typecast", x, pack.value, store=pack, dtype=pack)
     if em.tiles.get(x, False):
         x = call("ttnn.to_layout", x, "row_major", layout=PageLayout.ROW_MAJOR)
-    out = [1, 1, rows, math.prod(shape) // rows]
+    out = [1, 1, math.prod(shape) // width, width]
     return em.emit("ttnn.reshape", [x], f"{t.name}/rows", PlainLayout(tuple(out)), READBACK, store=pack, shape=out)

@@ -41,7 +41,7 @@ H2D_ALONE_S = 10.7e-3
 # 6-9 ms a call, waits included)
 D2H_CALL_S = (14.3e-3 - (11.68e-3 - UPLOAD_S)) / 2
 # spc's host post-processing per image, measured on the CPU of this project's machines
-# (`scripts/timings.py`: 0.7 ms); the hand port's took 1.8 ms
+# (`scripts/timings.py`: 0.7 ms, the packed read-back taken apart included); the hand port's took 1.8 ms
 HOST_POST_S = 0.7e-3
 
 

@@ -214,7 +214,7 @@ def from_top_k(values: np.ndarray, indices: np.ndarray, descriptors: np.ndarray,
     # best first, equal scores by position: ttnn's topk leaves the order of equal values open (its
     # golden is torch.topk's), the emulator keeps the lowest position first; either reads the same
     order = np.lexsort((p, -v))
-    v, p, d = v[order], p[order], d[order]
+    v, p = v[order], p[order]  # the descriptors are gathered once, the kept ones, below
     border, limit_x, k = int(attrs["border"]), int(attrs["limit_x"]), int(attrs["max_keypoints"])
     height, width = int(attrs["height"]), int(attrs["width"])
     inner = limit_x - border
@@ -232,7 +232,7 @@ def from_top_k(values: np.ndarray, indices: np.ndarray, descriptors: np.ndarray,
             if k < 0 or len(keep) <= k:
                 keep = keep[np.argsort(ys[keep] * width + xs[keep], kind="stable")]  # raster order, as NonZero
     xy = np.stack([xs[keep], ys[keep]], -1)
-    return format_outputs(xy, v[keep], d[keep], list(attrs.get("outputs", HF_OUTPUTS)), height, width)
+    return format_outputs(xy, v[keep], d[order[keep]], list(attrs.get("outputs", HF_OUTPUTS)), height, width)
 
 
 @register("spc.KeypointsFromTopK", None, data_dependent=True, arity=(3, 3))

@@ -148,42 +148,42 @@ def as_ir_value(y: np.ndarray, form: str, shape: list[int], dtype: str) -> np.nd
 
 
 def _parts(attrs: D) -> list[tuple[int, int, list[int], list[int], str, str]]:
-    """spc.Unpack's parts, one per output: its columns (a, b), device shape, IR shape, form, type."""
-    keys = ("columns", "device_shapes", "shapes", "forms", "dtypes")
+    """spc.Unpack's parts, one per output: its rows (a, b), device shape, IR shape, form, type."""
+    keys = ("rows", "device_shapes", "shapes", "forms", "dtypes")
     table = [list(attrs[k]) for k in keys]
     if len({len(c) for c in table}) != 1:
         raise ValueError(f"spc.Unpack: {', '.join(keys)} differ in length")
-    return [(int(c[0]), int(c[1]), [int(d) for d in ds], [int(d) for d in s], str(f), str(t))
-            for c, ds, s, f, t in zip(*table)]
+    return [(int(r[0]), int(r[1]), [int(d) for d in ds], [int(d) for d in s], str(f), str(t))
+            for r, ds, s, f, t in zip(*table)]
 
 
 def _unpack_infer(ins: list[Value | None], attrs: D) -> list[TensorType]:
     parts = _parts(attrs)
     x = ins[0]
     if x is not None and x.type.is_static:
-        _rows(int(np.prod(x.type.static_shape)), parts)
+        _width(int(np.prod(x.type.static_shape)), parts)
     return [TensorType(DType(dtype), tuple(shape)) for *_, shape, _, dtype in parts]
 
 
-def _rows(size: int, parts: list[tuple[int, int, list[int], list[int], str, str]]) -> int:
-    """How many rows a read of ``size`` values holds, its columns cut into ``parts`` (ValueError
-    where they do not cut it)."""
-    width = max((b for _, b, *_ in parts), default=0)
-    if width == 0 or size % width or any(not 0 <= a < b for a, b, *_ in parts):
-        raise ValueError(f"columns {[[a, b] for a, b, *_ in parts]} do not cut {size} values into rows")
-    rows = size // width
+def _width(size: int, parts: list[tuple[int, int, list[int], list[int], str, str]]) -> int:
+    """The width of the rows a read of ``size`` values holds, cut into ``parts`` (ValueError where
+    they do not cut it: rows out of order, past the end, or not holding their tensor)."""
+    total = max((b for _, b, *_ in parts), default=0)
+    if total == 0 or size % total or any(not 0 <= a < b for a, b, *_ in parts):
+        raise ValueError(f"rows {[[a, b] for a, b, *_ in parts]} do not cut {size} values")
+    width = size // total
     for a, b, device_shape, *_ in parts:
-        if rows * (b - a) != math.prod(device_shape):
-            raise ValueError(f"columns {a}..{b} of {rows} rows do not hold a {device_shape} tensor")
-    return rows
+        if (b - a) * width != math.prod(device_shape):
+            raise ValueError(f"rows {a}..{b} of {width} values do not hold a {device_shape} tensor")
+    return width
 
 
 @register("spc.Unpack", _unpack_infer, arity=(1, 1))
 def _unpack(ins: A, attrs: D) -> list[np.ndarray]:
-    """The tensors one device read-back carries side by side (lowering/read_once.py): each its
-    columns of the rows read, in its device shape and form, as the IR value it holds."""
+    """The tensors one device read-back carries, one after another (lowering/read_once.py): each
+    its rows of the read, in its device shape and form, as the IR value it holds (views, no copy)."""
     parts = _parts(attrs)
-    x = np.asarray(ins[0])
-    rows = x.reshape(_rows(x.size, parts), -1)
-    return [as_ir_value(rows[:, a:b].reshape(device_shape), form, shape, dtype)
+    x = np.asarray(ins[0]).reshape(-1)
+    width = _width(x.size, parts)
+    return [as_ir_value(x[a * width:b * width].reshape(device_shape), form, shape, dtype)
             for a, b, device_shape, shape, form, dtype in parts]
