@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from msgspec import Struct, field
@@ -20,6 +21,7 @@ from spc.lowering.roles import output_roles
 from spc.memory.dram import check_dram
 from spc.memory.planner import Planner, check_fits, plan_memory
 from spc.memory.residency import CallRecord, predicted_ms
+from spc.memory.throughput import Throughput
 from spc.options import CompileOptions
 from spc.passes.explain import Explainer
 from spc.passes.manager import (
@@ -34,17 +36,16 @@ from spc.passes.manager import (
     StageResult,
 )
 from spc.passes.pipeline import MEMORY, STAGES, default_pipeline
-from spc.plan.io import plan_members, write_members
+from spc.plan.io import plan_members, read_plan, write_members
 from spc.plan.listing import call_counts, format_program
 from spc.plan.program import Program
-from spc.plan.schema import MAX_METADATA_ENTRIES, MAX_METADATA_KEY, MAX_METADATA_VALUE
+from spc.plan.schema import MAX_METADATA_ENTRIES, MAX_METADATA_KEY, MAX_METADATA_VALUE, validate_program
+from spc.plan.verify import verify_plan
 from spc.records import asdict
 from spc.ttnn.memory import MemoryOverrides
 from spc.ttnn.precision import PrecisionPlan
 from spc.ttnn.targets import Target, get_target
-
-if TYPE_CHECKING:
-    from spc.validation.translation import Source, Verdict
+from spc.validation.translation import COMPACT, Source, Verdict, culprit, snapshot, start
 
 
 class CompileResult(Struct):
@@ -111,11 +112,6 @@ def choose_batch(src: Path, max_latency_ms: float | None, options: CompileOption
     (memory/throughput.py: the predicted device time and ttnn's host cost per call) whose run takes
     at most ``max_latency_ms``; each size compiled in full (a size that does not fit is reported
     with its reason). Returns the size and one row per size tried."""
-    import tempfile
-
-    from spc.memory.throughput import Throughput
-    from spc.plan.io import read_plan
-
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="spc-batch-") as tmp:
         for b in BATCHES:
@@ -245,8 +241,6 @@ def compile_onnx(src: Path, out: Path | None, options: CompileOptions | None = N
 def _judge(src: Path, verdict: Verdict, g: Graph, pipeline: list[Pass]) -> Verdict:
     """The validation's verdict (validation/translation.py); a departure raises :class:`_Departed`
     naming the fusion to drop, or refuses the model when no fusion made it."""
-    from spc.validation.translation import COMPACT, culprit
-
     d = verdict.departure
     if d is None:
         return verdict
@@ -269,8 +263,6 @@ def _members_and_verdict(src: Path, out: Path, snap: Source | None, g: Graph, pr
     dropping the fusion that made it may also mend what the checks refused."""
     if snap is None:
         return plan_members(out, program, tensors, print_graph(g), _check_plan(src, program, tensors)), None
-    from spc.validation.translation import start
-
     approximated = [v for r in records for v in r.stats.get("approximated", [])]
     pending = start(snap, g, program, tensors, approximated)
     refused: SpcError | None = None
@@ -321,8 +313,6 @@ def compile_once(src: Path, out: Path | None, options: CompileOptions, watch: Wa
     """Compile ``src`` once; with ``options.auto``, search the precision plan on calibration inputs
     first (tuning/precision_search.py: needs torch and onnxruntime, unlike the rest of compile).
     ``unfused``: fusions not run (what the validation found of each)."""
-    from spc.validation.translation import COMPACT, snapshot
-
     stop_after, explain = watch.stop_after, watch.explain
     chip = get_target(options.target)
     source = read_source(src, input_shape=options.input_shape)  # the manifest's hash is of the bytes imported
@@ -356,7 +346,7 @@ def compile_once(src: Path, out: Path | None, options: CompileOptions, watch: Wa
     search_report = None
     auto = options.auto
     if auto is not None:
-        from spc.tuning.precision_search import search
+        from spc.tuning.precision_search import search  # torch and onnxruntime: only --precision auto needs them
 
         def choose(plan: PrecisionPlan) -> None:  # a search trial: verified, not recorded
             pm.rerun("choose-precision", g, PassContext(replace(ctx.options, precision=plan)), record=False)
@@ -419,9 +409,6 @@ def _check_plan(src: Path, program: Program, tensors: dict[str, np.ndarray]) -> 
     written: a model whose plan would be refused (NaN weights, a group count that does not divide
     the channels, no outputs, ...) is refused now, naming the model, not when it is run. Returns
     the program's JSON, which is what is written."""
-    from spc.plan.schema import validate_program
-    from spc.plan.verify import verify_plan
-
     program_json = program.to_json()
     try:
         validate_program(program_json, str(src))

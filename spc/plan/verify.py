@@ -29,7 +29,12 @@ from typing import Any
 import numpy as np
 
 from spc.errors import SpcError
-from spc.plan.program import HostNode, Program, TensorSpec, TtOp
+from spc.ir import ops
+from spc.ir.graph import Graph
+from spc.ir.ops.keypoints import ROLES, OutputSpec
+from spc.ir.types import DType, TensorType
+from spc.kernels import KERNELS
+from spc.plan.program import HostNode, Program, TensorSpec, TtOp, encode
 from spc.plan.schema import MAX_ELEMENTS
 from spc.ttnn.calls import CALLS, ShapeError
 from spc.ttnn.calls.definition import axis as checked_axis
@@ -51,8 +56,6 @@ def _expected(op: TtOp, ins: list[list[int]], weights: dict[str, np.ndarray]) ->
 
 
 def _kernel(op: TtOp) -> None:
-    from spc.kernels import KERNELS
-
     kernel = KERNELS[op.args["kernel"]]
     if len(op.inputs) != kernel.arity:
         raise ShapeError(f"kernel {kernel.name} reads {kernel.arity} tensors, not {len(op.inputs)}")
@@ -60,8 +63,6 @@ def _kernel(op: TtOp) -> None:
         want = kernel.composed(list(op.inputs), op.results, dict(op.args.get("params", {})))
     except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError, OverflowError) as exc:
         raise ShapeError(f"kernel {kernel.name} refuses its parameters ({type(exc).__name__}: {exc})") from None
-    from spc.plan.program import encode
-
     if encode(want) != encode(op.args["composed"]):
         raise ShapeError(f"the calls it says it replaces are not what kernel {kernel.name} composes from its "
                          "parameters")
@@ -140,8 +141,6 @@ def _weight(weights: dict[str, np.ndarray], name: str, where: str) -> np.ndarray
 def _dynamic_types(op: str, args: list[Any], attrs: dict[str, Any], fresh: Any) -> list[Any] | None:
     """The types of a data-dependent op's results where its inputs are not constants (the IR's own
     inference leaves them to ONNX's): the sizes that depend on the values as symbols."""
-    from spc.ir.types import DType, TensorType
-
     x = args[0].type if args and args[0] is not None else None
     if x is None:
         return None
@@ -168,8 +167,6 @@ def _dynamic_types(op: str, args: list[Any], attrs: dict[str, Any], fresh: Any) 
 
 def _spelled_outputs(n: HostNode, stage: str) -> None:
     """A keypoint op makes what its ``outputs`` attribute spells, one value per entry."""
-    from spc.ir.ops.keypoints import OutputSpec
-
     spelled = n.attrs.get("outputs")
     if spelled is None:
         return
@@ -188,9 +185,6 @@ def _host(nodes: list[HostNode], known: dict[str, Any], weights: dict[str, np.nd
     """Type-check a host stage with the IR's rules, starting from ``known`` (name -> Value); the
     values it knows after the stage. A value whose type depends on values known only at run time
     (an Expand to the shape of a NonZero's result) is left to the runtime, and so is what reads it."""
-    from spc.ir import ops
-    from spc.ir.graph import Graph
-
     g = Graph("host")
     env = dict(known)
     declared = {t.name: t for t in outputs}
@@ -259,16 +253,12 @@ def _host(nodes: list[HostNode], known: dict[str, Any], weights: dict[str, np.nd
 
 
 def _spec_type(t: Any):
-    from spc.ir.types import DType, TensorType
-
     return TensorType(DType(t.dtype), tuple(t.shape))
 
 
 def _roles(program: Program) -> None:
     """The output roles name outputs, spell keypoint outputs the keypoint op understands, with the
     rank that spelling implies, and give dense maps a plausible cell."""
-    from spc.ir.ops.keypoints import ROLES, OutputSpec
-
     outputs = {t.name: t for t in program.outputs}
     for name, role in program.roles.items():
         if name not in outputs:
@@ -293,8 +283,6 @@ def _roles(program: Program) -> None:
 
 def verify_plan(program: Program, weights: dict[str, np.ndarray]) -> None:
     """Refuse a plan whose parts disagree (module docstring); silent when it holds."""
-    from spc.ir.graph import Graph
-
     _roles(program)
     _device(program, weights)
     g = Graph("inputs")
