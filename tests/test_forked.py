@@ -13,6 +13,23 @@ from pathlib import Path
 TESTS = Path(__file__).parent
 
 
+# a case's preamble: the compiler, the score-fold test model, and every forked child it starts
+# (``started``), in an interpreter of its own
+WATCHED_COMPILE = """
+        import sys
+        from pathlib import Path
+        tmp, tests = Path(sys.argv[1]), sys.argv[2]
+        sys.path.insert(0, tests)
+        import spc.forked
+        from spc.compiler import compile_onnx
+        from test_translation_validation import _fold_model
+
+        started = []
+        real = spc.forked.Forked.start.__func__
+        spc.forked.Forked.start = classmethod(lambda cls, fn: started.append(real(cls, fn)) or started[-1])
+"""
+
+
 def _py(code: str, tmp_path: Path) -> str:
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(tmp_path), str(TESTS)],
                           capture_output=True, text=True, timeout=300)
@@ -82,19 +99,10 @@ def test_a_forked_call_hands_back_arrays_and_raises_what_the_child_raised(tmp_pa
 
 
 def test_the_validation_through_the_forked_child_catches_a_planted_wrong_lowering(tmp_path: Path) -> None:
-    out = _py("""
-        import sys
-        from pathlib import Path
-        tmp, tests = Path(sys.argv[1]), sys.argv[2]
-        sys.path.insert(0, tests)
-        import spc.forked
-        from spc.compiler import compile_onnx
+    out = _py(WATCHED_COMPILE + """
         from spc.lowering import registry
-        from test_translation_validation import _fold_model, _swap_permute
+        from test_translation_validation import _swap_permute
 
-        started = []
-        real = spc.forked.Forked.start.__func__
-        spc.forked.Forked.start = classmethod(lambda cls, fn: started.append(real(cls, fn)) or started[-1])
         model = _fold_model(tmp / "fold.onnx", channels_last=False)
         clean = compile_onnx(model, tmp / "clean.ttplan")
         assert not [n for n in clean.notes if n.startswith("validation:")], clean.notes
@@ -111,19 +119,9 @@ def test_the_validation_through_the_forked_child_catches_a_planted_wrong_lowerin
 def test_an_interrupted_validation_ends_its_child(tmp_path: Path) -> None:
     """Ctrl-C while this process runs the window checks (the child still on the source side):
     the child is ended and reaped, not left running."""
-    out = _py("""
-        import os, sys
-        from pathlib import Path
-        tmp, tests = Path(sys.argv[1]), sys.argv[2]
-        sys.path.insert(0, tests)
-        import spc.forked
-        from spc.compiler import compile_onnx
+    out = _py(WATCHED_COMPILE + """
+        import os
         from spc.validation import translation
-        from test_translation_validation import _fold_model
-
-        started = []
-        real = spc.forked.Forked.start.__func__
-        spc.forked.Forked.start = classmethod(lambda cls, fn: started.append(real(cls, fn)) or started[-1])
 
         def interrupted(*args):
             raise KeyboardInterrupt
