@@ -50,7 +50,6 @@ MAX_WINDOW = 1 << 12
 
 # msgspec types: an int is never a bool, nor a float an int (strict); a Number keeps its JSON type
 Count = Annotated[int, Meta(ge=1, le=MAX_DIM)]
-NonNegative = Annotated[int, Meta(ge=0, le=MAX_DIM)]
 Axis = Annotated[int, Meta(ge=-MAX_RANK, le=MAX_RANK - 1)]
 Index = Annotated[int, Meta(ge=-MAX_DIM, le=MAX_DIM)]
 Window = Annotated[int, Meta(ge=1, le=MAX_WINDOW)]

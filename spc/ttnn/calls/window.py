@@ -93,8 +93,7 @@ def _conv_meaning(ins: list[np.ndarray], weights: dict[str, np.ndarray], a: dict
     (sh, sw), (dh, dw), groups = a["stride"], a["dilation"], int(a["groups"])
     o, ig, kh, kw = wt.shape
     n, _, h, w = x.shape
-    oh = (h + top + bottom - dh * (kh - 1) - 1) // sh + 1
-    ow = (w + left + right - dw * (kw - 1) - 1) // sw + 1
+    oh, ow = out_size(h, kh, sh, top, bottom, dh), out_size(w, kw, sw, left, right, dw)
     xp = np.pad(x, [(0, 0), (0, 0), (top, bottom), (left, right)])
     cols = np.stack(_views(xp, (kh, kw), (sh, sw), (dh, dw), (oh, ow)), axis=2)  # [n, c, kh*kw, oh, ow]
     og = o // groups
