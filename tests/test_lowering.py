@@ -174,3 +174,22 @@ def test_every_device_output_comes_back_in_one_read() -> None:
     assert got["m"].dtype == np.bool_ and np.array_equal(got["m"], want[1])
     assert np.array_equal(got["p"], want[0])
     np.testing.assert_allclose(got["s"], want[2], rtol=2**-7)
+
+
+def test_the_packed_read_back_takes_no_name_of_the_model() -> None:
+    """A model value named as the packed tensor would be: the packed tensor takes another name."""
+    x = bf16_exact(RNG.normal(size=(1, 4, 8, 10)))
+    g = ir("""graph @t(%x: f32[1,4,8,10]) {
+  %zero: f32[] = const @"zero"
+  %readback: f32[1,4,4,5] = onnx.MaxPool(%x) {kernel_shape = [2, 2], pads = [0, 0, 0, 0], strides = [2, 2]} #pool
+  %m: i1[1,4,4,5] = onnx.Greater(%readback, %zero) #gt
+  return %readback, %m
+}
+""", zero=np.zeros((), np.float32))
+    want = evaluate_graph(g, {"x": x})
+    PartitionHostDevice().run(g, PassContext())
+    program, tensors = lower(g, find_probes(g))
+    assert [t.name for t in program.device_outputs] == ["readback_"]
+    with Runner(Plan({}, program, tensors, "")) as runner:
+        got = runner.run(x).outputs
+    assert np.array_equal(got["readback"], want[0]) and np.array_equal(got["m"], want[1])

@@ -50,14 +50,17 @@ def read_once(em: Emitter, outputs: list[DeviceTensor]) -> tuple[list[DeviceTens
     rows = [0]
     for n in counts:
         rows.append(rows[-1] + n // width)
+    name = READBACK
+    while name in em.layouts:  # a name of the model's own
+        name += "_"
     parts = [_as_rows(em, t, pack, width) for t in outputs]
-    em.emit("ttnn.concat", parts, READBACK, PlainLayout((1, 1, rows[-1], width)), READBACK, store=pack,
+    em.emit("ttnn.concat", parts, name, PlainLayout((1, 1, rows[-1], width)), READBACK, store=pack,
             out_shape=[1, 1, rows[-1], width], dim=-2)
-    packed = DeviceTensor(READBACK, [rows[-1], width], [1, 1, rows[-1], width], Form.PLAIN, "f32")
+    packed = DeviceTensor(name, [rows[-1], width], [1, 1, rows[-1], width], Form.PLAIN, "f32")
     attrs = {"rows": [[a, b] for a, b in itertools.pairwise(rows)],
              "device_shapes": [list(t.device_shape) for t in outputs], "shapes": [list(t.shape) for t in outputs],
              "forms": [t.form.value for t in outputs], "dtypes": [t.dtype for t in outputs]}
-    return [packed], [HostNode("spc.Unpack", READBACK, [READBACK], [t.name for t in outputs], attrs)]
+    return [packed], [HostNode("spc.Unpack", name, [name], [t.name for t in outputs], attrs)]
 
 
 def _width(counts: list[int]) -> int:
