@@ -122,8 +122,7 @@ def choose_batch(src: Path, max_latency_ms: float | None, options: CompileOption
                 rows.append({"batch": b, "fits": False, "why": str(exc).removeprefix(f"{src}: ")[:300]})
                 continue
             plan = read_plan(path, options.target)
-            p = plan.program
-            t = Throughput(b, plan.manifest["predicted_device_ms"] / 1e3, len(p.device_inputs), len(p.device_outputs))
+            t = Throughput.of(plan)
             rows.append({"fits": True, **{k: round(v, 6) if isinstance(v, float) else v
                                           for k, v in t.as_dict().items()}})
     ok = [r for r in rows if r["fits"] and (max_latency_ms is None or r["run_s"] * 1e3 <= max_latency_ms)]

@@ -19,8 +19,7 @@ import pytest
 from msgspec.structs import replace
 
 from spc.errors import SpcError
-from spc.plan.io import read_plan
-from spc.runtime.batches import images_per_run
+from spc.plan.io import images_per_chip, read_plan
 from spc.runtime.runner import Runner
 from spc.runtime.ttnn_mock.harness import CLUSTERS, HERE
 from spc.tools.run import run_files
@@ -71,8 +70,8 @@ def test_targets_and_mock_clusters_agree() -> None:
 
 def test_images_per_run_counts_the_chips(plans) -> None:
     plan = read_plan(plans("p300", 2), "p300")
-    assert images_per_run(plan) == 4 and images_per_run(plan.program) == 2
-    assert images_per_run(read_plan(plans("p300"), "p300")) == 2
+    assert plan.images_per_run == 4 and images_per_chip(plan.program) == 2
+    assert read_plan(plans("p300"), "p300").images_per_run == 2
 
 
 def test_a_plan_for_two_chips_takes_both_chips_images(plans) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from msgspec import Struct
 
+from spc.plan.io import Plan, images_per_chip
 from spc.records import asdict
 
 # the memory model's device times against the hand port's measured forward on a p150, the same
@@ -51,10 +52,20 @@ def device_seconds(model_s: float) -> float:
 
 
 class Throughput(Struct, frozen=True):
+    """One chip's runs (each chip of a mesh runs its own alike)."""
+
     batch: int  # images per run
     device_s: float  # predicted device time of one run (calibrated)
     uploads: int  # host-to-device calls per run
     readbacks: int  # device-to-host calls per run
+
+    @classmethod
+    def of(cls, plan: Plan, device_s: float | None = None) -> Throughput:
+        """The plan's runs; ``device_s`` in place of its manifest's predicted (calibrated) device time."""
+        p = plan.program
+        if device_s is None:
+            device_s = float(plan.manifest.get("predicted_device_ms", 0.0)) / 1e3
+        return cls(images_per_chip(p), device_s, len(p.device_inputs), len(p.device_outputs))
 
     @property
     def upload_s(self) -> float:

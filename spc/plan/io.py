@@ -31,6 +31,7 @@ from msgspec import Struct
 from spc.errors import SpcError
 from spc.files import atomic_write
 from spc.plan.program import Program
+from spc.ttnn.targets import DEFAULT_TARGET, TARGETS
 from spc.version import __version__
 
 FORMAT = "spc.ttplan"
@@ -61,6 +62,23 @@ class Plan(Struct):
     program: Program
     weights: dict[str, np.ndarray]
     ir_text: str
+
+    @property
+    def chips(self) -> int:
+        """How many chips the plan's target has (each runs the program on its own input)."""
+        target = TARGETS.get(str(self.manifest.get("target") or DEFAULT_TARGET))
+        return target.chips if target is not None else 1  # the backend refuses a target it does not know
+
+    @property
+    def images_per_run(self) -> int:
+        """The images one run takes: the program's B (:func:`images_per_chip`) on each chip."""
+        return images_per_chip(self.program) * self.chips
+
+
+def images_per_chip(program: Program) -> int:
+    """B of a program whose input is ``[B, C, H, W]``; 1 for any other input."""
+    shape = program.inputs[0].shape
+    return int(shape[0]) if len(shape) == 4 and isinstance(shape[0], int) else 1
 
 
 def sha256(data: bytes) -> str:

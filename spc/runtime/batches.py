@@ -16,20 +16,9 @@ from typing import TypeVar
 import numpy as np
 
 from spc.errors import SpcError
-from spc.plan.io import Plan
-from spc.plan.program import Program
-from spc.runtime.runner import RunResult, plan_chips
+from spc.runtime.runner import RunResult
 
 T = TypeVar("T")
-
-
-def images_per_run(plan: Plan | Program) -> int:
-    """B of a plan whose input is ``[B, C, H, W]`` (1 for any other input), times the chips of its
-    target (a Plan's manifest says which; a Program alone is one chip's)."""
-    program = plan.program if isinstance(plan, Plan) else plan
-    shape = program.inputs[0].shape
-    per_chip = int(shape[0]) if len(shape) == 4 and isinstance(shape[0], int) else 1
-    return per_chip * (plan_chips(plan) if isinstance(plan, Plan) else 1)
 
 
 def image_shape(shape: list[int]) -> list[int]:

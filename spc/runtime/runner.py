@@ -18,7 +18,6 @@ from spc.plan.io import Plan
 from spc.plan.program import TensorSpec
 from spc.runtime.backend import get_backend
 from spc.runtime.host import run_host
-from spc.ttnn.targets import DEFAULT_TARGET, TARGETS
 
 
 class RunResult(Struct):
@@ -29,12 +28,6 @@ class RunResult(Struct):
     # takes it); ``outputs`` and ``dense`` are then theirs stacked on axis 0, zero-padded where
     # their sizes differ (runtime/batches.py's image_of reads the chips' own)
     chips: list[RunResult] = field(default_factory=list)
-
-
-def plan_chips(plan: Plan) -> int:
-    """How many chips the plan's target has (each runs the program on its own input)."""
-    target = TARGETS.get(str(plan.manifest.get("target") or DEFAULT_TARGET))
-    return target.chips if target is not None else 1  # the backend refuses a target it does not know
 
 
 def _stacked(arrays: list[np.ndarray]) -> np.ndarray:
@@ -64,7 +57,7 @@ class Runner:
         self.plan = plan
         self.program = plan.program
         self.device = get_backend(backend, trace, plan.manifest.get("target")).prepare(plan.program, plan.weights)
-        self.chips = plan_chips(plan)
+        self.chips = plan.chips
         self.overflows = 0  # frames read densely because the compact read-back could not hold them
 
     def close(self) -> None:

@@ -18,7 +18,6 @@ from msgspec import Struct, field
 
 from spc.memory.throughput import Throughput
 from spc.plan.io import Plan
-from spc.runtime.batches import images_per_run
 from spc.runtime.inputs import load_input
 from spc.runtime.runner import Runner
 
@@ -59,10 +58,8 @@ def bench_plan(plan: Plan, files: list[Path], backend: str, frames: int, trace: 
 
 def predicted(plan: Plan) -> dict[str, float]:
     """The plan's predicted phases on a card, ms per frame (and frames/s)."""
-    p = plan.program
-    b = images_per_run(p)
-    t = Throughput(b, float(plan.manifest.get("predicted_device_ms", 0.0)) / 1e3, len(p.device_inputs),
-                   len(p.device_outputs))
+    t = Throughput.of(plan)
+    b = t.batch
     out = {k: t.as_dict()[f"{k}_s"] * 1e3 / b for k in ("upload", "device", "overlap", "readback", "host_post", "run")}
     return {**out, "fps": t.fps}
 

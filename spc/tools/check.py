@@ -6,8 +6,8 @@ import math
 from pathlib import Path
 
 from spc.errors import SpcError
-from spc.plan.io import Plan
-from spc.runtime.batches import image_shape, images_per_run
+from spc.plan.io import Plan, images_per_chip
+from spc.runtime.batches import image_shape
 from spc.runtime.inputs import load_input
 from spc.tuning.comparison import Comparison, ImageReport, find_source
 from spc.tuning.per_layer import PerLayerReport, per_layer
@@ -18,7 +18,7 @@ def check_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | Non
     """``reference``: another export of the same network to run onnxruntime on (its batch may be
     the plan's, or 1), instead of the source the plan was compiled from."""
     src = reference if reference is not None else find_source(plan, plan_path, onnx)
-    batch = images_per_run(plan)  # a batch plan: single images, run B at a time (N*B on N chips)
+    batch = plan.images_per_run  # a batch plan: single images, run B at a time (N*B on N chips)
     shape = [int(d) for d in plan.program.inputs[0].shape]
     arrays = [load_input(f, image_shape(shape) if batch > 1 else shape, allow_nonfinite) for f in files]
     # the dense maps are the source's values by name: another export's names are its own
@@ -28,9 +28,9 @@ def check_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | Non
 
 def per_layer_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | None, min_pcc: float | None,
                     allow_nonfinite: bool = False) -> list[PerLayerReport]:
-    if images_per_run(plan.program) > 1:
+    if images_per_chip(plan.program) > 1:
         raise SpcError(f"{plan_path}: --per-layer compares plans that run one image; this one runs "
-                       f"{images_per_run(plan.program)} at a time (--batch): compile the model without --batch to see "
+                       f"{images_per_chip(plan.program)} at a time (--batch): compile the model without --batch to see "
                        "where it departs from onnxruntime (a batch plan computes each image as that plan does: "
                        "docs/batch.md)")
     shape = [int(d) for d in plan.program.inputs[0].shape]

@@ -30,7 +30,6 @@ from spc.memory.throughput import D2H_CALL_S, HOST_POST_S, UPLOAD_S, Throughput,
 from spc.plan.io import Plan
 from spc.plan.program import TtOp, numel
 from spc.records import asdict
-from spc.runtime.batches import images_per_run
 from spc.ttnn.formats import DataFormat
 from spc.ttnn.memory import BufferType
 from spc.ttnn.targets import get_target
@@ -135,8 +134,7 @@ def plan_report(plan: Plan, plan_file: str = "") -> PlanReport:
                       weights={k.removeprefix("spc.weights."): v for k, v in metadata.items()
                                if k.startswith("spc.weights.")},
                       model_metadata=metadata,
-                      throughput={**Throughput(images_per_run(p), total, len(p.device_inputs),
-                                               len(p.device_outputs)).as_dict(), "chips": target.chips},
+                      throughput={**Throughput.of(plan, total).as_dict(), "chips": target.chips},
                       batch_search=[dict(r) for r in m.get("batch_search") or [] if isinstance(r, dict)],
                       dram_peak_bytes=dram_peak(p)[0], dram_bytes=target.dram_bytes)
 

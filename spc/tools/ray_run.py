@@ -38,7 +38,7 @@ from spc import console
 from spc.errors import SpcError
 from spc.files import atomic_write, file_sha256
 from spc.plan.io import read_plan
-from spc.runtime.batches import fill, groups, image_of, image_shape, images_per_run
+from spc.runtime.batches import fill, groups, image_of, image_shape
 from spc.runtime.extraction import has_keypoints
 from spc.runtime.frames import Frame, Geometry, Source, image_frame
 from spc.runtime.inputs import IMAGE_SUFFIXES, grey_image, image_size, walk_tree
@@ -164,7 +164,7 @@ class Device:
         self.plan = read_plan(Path(plan))
         self.backend, self._runner = backend, None
         self.sha, self.resize, self.dense = sha, resize, dense
-        self.batch = images_per_run(self.plan)
+        self.batch = self.plan.images_per_run
         spec = [int(d) for d in self.plan.program.inputs[0].shape]
         self.shape = image_shape(spec) if self.batch > 1 else spec
         self.roles = self.plan.program.roles
@@ -322,7 +322,7 @@ def run_ray(plan_path: Path, spec: str, output: Path | None, address: str | None
     _ray(local=_loopback(address))  # Ray installed, before anything is listed or written
     plan = read_plan(plan_path, target or DEFAULT_TARGET)  # a plan for another target refused, as `spc run`
     spec_shape = [int(d) for d in plan.program.inputs[0].shape]
-    batch = images_per_run(plan)
+    batch = plan.images_per_run
     shape = image_shape(spec_shape) if batch > 1 else spec_shape
     if len(shape) != 4 or shape[0] != 1:
         raise SpcError(f"the plan's input is {spec_shape}, not an image: --ray runs image datasets")

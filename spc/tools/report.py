@@ -88,11 +88,11 @@ def _strings(value: Any) -> list[str]:
 def _first_frame(plan: Plan, path: Path, allow_nonfinite: bool) -> Any:
     """The input as `spc run` frames it (its original kept for the overlay); a video's first frame;
     for a plan of B images, framed as one of them."""
-    from spc.runtime.batches import image_shape, images_per_run
+    from spc.runtime.batches import image_shape
     from spc.runtime.frames import frames, probe
 
     shape = [int(d) for d in plan.program.inputs[0].shape]
-    shape = image_shape(shape) if images_per_run(plan) > 1 else shape
+    shape = image_shape(shape) if plan.images_per_run > 1 else shape
     stream = frames([probe(path, shape, allow_nonfinite)], shape, keep_original=True,
                     allow_nonfinite=allow_nonfinite)
     try:
@@ -118,14 +118,14 @@ def run_input(plan: Plan, plan_path: Path, path: Path, onnx: Path | None, allow_
               min_pcc: float | None = None) -> InputResult:
     """Run the plan on ``path`` (emu) for its keypoints and overlay, and compare it layer by layer
     with onnxruntime on the source ONNX."""
-    from spc.runtime.batches import fill, image_of, images_per_run
+    from spc.runtime.batches import fill, image_of
     from spc.runtime.runner import Runner
     from spc.tools.run import in_original, overlay_png
     from spc.tuning.comparison import find_source
 
     src = find_source(plan, plan_path, onnx)  # before any work: a plan without its ONNX is refused here
     frame = _first_frame(plan, path, allow_nonfinite)
-    batch = images_per_run(plan)
+    batch = plan.images_per_run
     x = fill([frame.x], batch) if batch > 1 else frame.x  # a batch plan: B copies; the page shows the first
     out = InputResult(str(path.name) + ("" if frame.index is None else f" (frame {frame.index})"))
     roles = plan.program.roles

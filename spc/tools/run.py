@@ -24,7 +24,7 @@ from spc import console
 from spc.errors import SpcError
 from spc.files import atomic_write, check_outputs, file_sha256, os_errors
 from spc.plan.io import Plan
-from spc.runtime.batches import fill, groups, image_of, image_shape, images_per_run
+from spc.runtime.batches import fill, groups, image_of, image_shape
 from spc.runtime.extraction import STANDARD, Extraction, frame_keypoints, has_keypoints, raw_heads
 from spc.runtime.frames import (
     PREFETCH,
@@ -312,7 +312,7 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
     frame is (outputs, every input's header), then the inputs are decoded as the device needs them,
     ``prefetch`` frames ahead (memory does not grow with the number of inputs)."""
     spec = plan.program.inputs[0]
-    batch = images_per_run(plan)  # a batch plan runs B frames at once, N*B on N chips (runtime/batches.py)
+    batch = plan.images_per_run  # a batch plan runs B frames at once, N*B on N chips (runtime/batches.py)
     shape = image_shape([int(d) for d in spec.shape]) if batch > 1 else [int(d) for d in spec.shape]
     roles = plan.program.roles
     height, width = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
