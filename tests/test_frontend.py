@@ -143,7 +143,7 @@ def test_weights_layouts() -> None:
 
 def test_superpoint_open_conversion_folds_bn_into_next_conv() -> None:
     """conv -> ReLU -> BN -> conv equals conv -> ReLU -> conv' away from the border."""
-    from spc.ir.ops.onnx_nn import conv2d_nchw
+    from spc.ir.ops.onnx_conv import conv2d_nchw
 
     state = {}
     shapes = [(64, 2), (64, 64), (64, 64), (64, 64), (128, 64), (128, 128), (128, 128), (128, 128)]

@@ -307,7 +307,7 @@ def test_silu_the_last_call_defined_runs_on_the_mock_p150(ttnn_python: str, tmp_
     """ttnn.silu, defined in ttnn/calls/elementwise.py alone (no lowering emits it yet): a plan
     holding it passes the plan's checks, runs on the emulator as its meaning says, and the real
     ttnn takes it as spc spells it."""
-    from spc.ir.ops.onnx_nn import conv2d_nchw
+    from spc.ir.ops.onnx_conv import conv2d_nchw
     from spc.runtime.runner import Runner
     from spc.ttnn.calls import MEANINGS
 

@@ -41,10 +41,10 @@ REFUSED_MESSAGES: dict[str, str] = {
 
 def exceptions() -> dict[str, str]:
     """Case name (or a prefix ending in "*") -> why spc refuses it, from the op modules."""
-    from spc.ir.ops import onnx_elementwise, onnx_nn, onnx_quant, onnx_tensor
+    from spc.ir.ops import onnx_modules
 
     out: dict[str, str] = {}
-    for module in (onnx_elementwise, onnx_tensor, onnx_nn, onnx_quant):
+    for module in onnx_modules():
         out.update(module.CONFORMANCE_EXCEPTIONS)
     return out
 

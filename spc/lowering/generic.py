@@ -661,7 +661,7 @@ def _transpose(em: Emitter, n: Node, ins: Ins) -> str:
 
 def _slice_bounds(n: Node) -> tuple[list[int], list[int], list[int]] | None:
     """Per-axis start, end, step of a Slice with constant parameters (None if not constant)."""
-    from spc.ir.ops.onnx_tensor import slice_params
+    from spc.ir.ops.onnx_index import slice_params
 
     x = n.inputs[0]
     assert x is not None

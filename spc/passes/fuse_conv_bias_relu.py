@@ -25,7 +25,7 @@ import numpy as np
 
 from spc.ir import ops
 from spc.ir.graph import Graph, Node, Value
-from spc.ir.ops.onnx_nn import explicit_pads
+from spc.ir.ops.onnx_conv import explicit_pads
 from spc.passes.manager import Pass, PassContext, PassResult
 from spc.passes.rewrite import Match, P, Rule, apply_rules, single_use
 

@@ -199,7 +199,7 @@ def _mixed_axes(n: Node, rank: int) -> list[int] | None:
 
 def _whole_slices(n: Node, full: tuple[int, ...], small: tuple[int, ...]) -> bool:
     """Whether a Slice takes every axis that differs between ``full`` and ``small`` whole, at both."""
-    from spc.ir.ops.onnx_tensor import _slice_inputs, slice_params
+    from spc.ir.ops.onnx_index import _slice_inputs, slice_params
 
     raw = _slice_inputs(n.inputs, n.attrs)
     if any(isinstance(r, Value) and not r.is_const for r in raw) or raw[0] is None or raw[1] is None:

@@ -15,7 +15,10 @@ import numpy as np
 from spc.ir.graph import Value
 from spc.ir.ops import register
 from spc.ir.ops.infer import same_type
-from spc.ir.ops.onnx_nn import conv2d_nchw, depth_to_space, max_pool_nchw, softmax
+from spc.ir.ops.onnx_conv import conv2d_nchw
+from spc.ir.ops.onnx_pool import max_pool_nchw
+from spc.ir.ops.onnx_reduce import softmax
+from spc.ir.ops.onnx_resample import depth_to_space
 from spc.ir.types import DType, TensorType
 from spc.ttnn.layout import Form, layout_of
 
