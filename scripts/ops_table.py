@@ -3,7 +3,7 @@
     .venv/bin/python scripts/ops_table.py > docs/onnx-ops.md
 
 Per op: the module that gives it its meaning (ir/ops/), whether it has a ttnn lowering
-(lowering/generic.py, fused.py: otherwise it runs on the host), and ONNX's own conformance cases
+(lowering/lower_*.py, fused.py: otherwise it runs on the host), and ONNX's own conformance cases
 (frontend/conformance.py) that use it alone: passed, refused at import for a listed reason, out of
 the opset range. Then every listed refusal with its reason, and the cases of several ops.
 """

@@ -1,5 +1,5 @@
 """ONNX's conformance cases on the device path: every case whose ops all lower to ttnn is placed on
-the device, lowered (lowering/generic.py, fused.py) and run by the emu backend with the device's
+the device, lowered (lowering/lower_*.py, fused.py) and run by the emu backend with the device's
 numerics, against the case's expected outputs. bf16 storage bounds how close it can be."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Lower a partitioned IR graph to a :class:`Program` of ttnn calls and host nodes.
 
 Every device node is lowered by the function registered for its op (lowering/registry.py: the
-fused ops in lowering/fused.py, every other ONNX op in lowering/generic.py), which appends ttnn
-calls to the :class:`~spc.lowering.emitter.Emitter`; intermediate tensors are named after the IR
+fused ops in lowering/fused.py, every other ONNX op in lowering/lower_<family>.py), which appends
+ttnn calls to the :class:`~spc.lowering.emitter.Emitter`; intermediate tensors are named after the IR
 value they come from.
 """
 

@@ -53,7 +53,7 @@ def lowers(op_name: str, check: Check | None = None, integers: bool = False,
 
 def _load() -> None:
     # the lowerings register themselves on import
-    from spc.lowering import fused, generic  # noqa: F401
+    from spc.lowering import fused, lower_elementwise, lower_matmul, lower_movement, lower_norm, lower_reduce  # noqa: F401
 
 
 def lowering_for(op_name: str) -> Lowering | None:
