@@ -193,3 +193,26 @@ def test_the_packed_read_back_takes_no_name_of_the_model() -> None:
     with Runner(Plan({}, program, tensors, "")) as runner:
         got = runner.run(x).outputs
     assert np.array_equal(got["readback"], want[0]) and np.array_equal(got["m"], want[1])
+
+
+def test_the_packed_read_back_takes_no_name_a_lowering_made() -> None:
+    """A conv's result that a pool reads (converted to row major under ``c/row_major``) and that is
+    an output: the packing's own row-major copy of it takes another name (the same name made twice
+    crashed the validation of kornia's DISK)."""
+    x = bf16_exact(RNG.normal(size=(1, 4, 8, 10)))
+    g = ir("""graph @t(%x: f32[1,4,8,10]) {
+  %w: f32[4,4,3,3] = const @"w"
+  %c: f32[1,4,8,10] = spc.Conv2d(%x, %w) {activation = "none", dilations = [1, 1], group = 1, kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [1, 1]} #conv
+  %p: f32[1,4,4,5] = onnx.AveragePool(%c) {kernel_shape = [2, 2], pads = [0, 0, 0, 0], strides = [2, 2]} #pool
+  return %c, %p
+}
+""", w=bf16_exact(RNG.normal(size=(4, 4, 3, 3))))
+    PartitionHostDevice().run(g, PassContext())
+    program, tensors = lower(g, find_probes(g))
+    made = [r for op in program.device_ops for r in op.results]
+    assert "c/row_major" in made and len(made) == len(set(made))
+    assert [t.name for t in program.device_outputs] == ["readback"]
+    want = evaluate_graph(g, {"x": x})
+    with Runner(Plan({}, program, tensors, "")) as runner:
+        got = runner.run(x).outputs
+    np.testing.assert_allclose(got["p"], want[1], rtol=2**-6, atol=2**-6 * float(np.abs(want[1]).max()))

@@ -347,10 +347,10 @@ def test_a_batch_plan_that_swaps_its_images_is_refused(tmp_path: Path, monkeypat
     def swapped(em: Emitter, n, ins):
         out = real.fn(em, n, ins)
         last = em.ops[-1]
-        lay = em.layouts[out]
+        lay = em.layouts.pop(out)  # the name is made again below, by the concat
         rows = lay.device_shape[2] // 2
         last.output = out + "/in_order"
-        em.layouts[last.output], em.dtypes[last.output] = lay, em.dtypes[out]
+        em.layouts[last.output], em.dtypes[last.output] = lay, em.dtypes.pop(out)
         halves = [em.emit("ttnn.slice", [last.output], f"{out}/half{i}", lay, n.name, starts=[0, 0, i * rows, 0],
                           ends=[1, 1, (i + 1) * rows, 1], steps=[1, 1, 1, 1]) for i in (1, 0)]
         return em.emit("ttnn.concat", halves, out, lay, n.name, out_shape=lay.device_shape, dim=2)

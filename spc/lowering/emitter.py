@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from msgspec import Struct, field
 
+from spc.errors import SpcError
 from spc.ir.graph import Value
 from spc.memory.call_specs import result_in_dram
 from spc.plan.program import DeviceConstant, TtOp
@@ -43,7 +44,13 @@ class Emitter(Struct):
              weights: dict[str, str] | None = None, store: DataFormat | None = None,
              out_shape: list[int] | None = None, extra_outputs: list[str] | None = None,
              extra_dtypes: list[DataFormat] | None = None, **args: Any) -> str:
-        """Append a call; its result is stored as ``store``, by default as its first input is."""
+        """Append a call; its result is stored as ``store``, by default as its first input is.
+        A name is made once (plan/verify.py refuses a program that makes one twice): a lowering
+        whose names may meet another's asks :meth:`unused` for them."""
+        for name in (output, *(extra_outputs or [])):
+            if name in self.layouts:
+                raise SpcError(f"spc bug: the lowering of {source} makes tensor {name} a second time; report it "
+                               "with the dump from --dump-dir")
         store = store or (self.dtypes.get(inputs[0], INPUT_DTYPE) if inputs else INPUT_DTYPE)
         shape = out_shape or args.get("shape") or out_layout.device_shape  # a 5-D reshape keeps its own shape
         extra_dtypes = list(extra_dtypes or [store] * len(extra_outputs or []))
@@ -62,6 +69,12 @@ class Emitter(Struct):
         # where the call leaves its result: as the memory planner reads it (memory/call_specs.py)
         self.in_dram[output] = result_in_dram(self.ops[-1], self.in_dram.get(inputs[0], True) if inputs else True)
         return output
+
+    def unused(self, name: str) -> str:
+        """``name``, or ``name`` with underscores appended until no tensor has it."""
+        while name in self.layouts:
+            name += "_"
+        return name
 
     def kernel(self, name: str, inputs: list[str], outputs: list[str], out_layout: Layout, source: str,
                store: DataFormat | None = None, **params: Any) -> str:

@@ -94,9 +94,10 @@ def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, 
             out = outs[0]
             last = em.ops[-1]
             last.output = out + "/computed"
-            em.layouts[last.output], em.dtypes[last.output] = em.layouts[out], em.dtypes[out]
-            em.tiles[last.output], em.in_dram[last.output] = em.tiles.get(out, True), em.in_dram.get(out, True)
-            em.emit("ttnn.typecast", [last.output], out, em.layouts[out], n.name, store=want, dtype=want)
+            lay = em.layouts.pop(out)
+            em.layouts[last.output], em.dtypes[last.output] = lay, em.dtypes.pop(out)
+            em.tiles[last.output], em.in_dram[last.output] = em.tiles.pop(out, True), em.in_dram.pop(out, True)
+            em.emit("ttnn.typecast", [last.output], out, lay, n.name, store=want, dtype=want)
         for op in em.ops[first:]:
             op.block = n.block or n.name
         for o, name in zip(n.outputs, outs):

@@ -50,9 +50,7 @@ def read_once(em: Emitter, outputs: list[DeviceTensor]) -> tuple[list[DeviceTens
     rows = [0]
     for n in counts:
         rows.append(rows[-1] + n // width)
-    name = READBACK
-    while name in em.layouts:  # a name of the model's own
-        name += "_"
+    name = em.unused(READBACK)  # a model may name a value so
     parts = [_as_rows(em, t, pack, width) for t in outputs]
     em.emit("ttnn.concat", parts, name, PlainLayout((1, 1, rows[-1], width)), READBACK, store=pack,
             out_shape=[1, 1, rows[-1], width], dim=-2)
@@ -77,7 +75,7 @@ def _as_rows(em: Emitter, t: DeviceTensor, pack: DataFormat, width: int) -> str:
     lay = PlainLayout(tuple(shape))
 
     def call(op: str, x: str, what: str, store: DataFormat | None = None, **args: object) -> str:
-        return em.emit(op, [x], f"{t.name}/{what}", lay, READBACK, store=store, out_shape=shape, **args)
+        return em.emit(op, [x], em.unused(f"{t.name}/{what}"), lay, READBACK, store=store, out_shape=shape, **args)
 
     x = t.name
     if not em.in_dram.get(x, True):  # data movement takes interleaved tensors, not a conv's shards
@@ -89,4 +87,5 @@ def _as_rows(em: Emitter, t: DeviceTensor, pack: DataFormat, width: int) -> str:
     if em.tiles.get(x, False):
         x = call("ttnn.to_layout", x, "row_major", layout=PageLayout.ROW_MAJOR)
     out = [1, 1, math.prod(shape) // width, width]
-    return em.emit("ttnn.reshape", [x], f"{t.name}/rows", PlainLayout(tuple(out)), READBACK, store=pack, shape=out)
+    return em.emit("ttnn.reshape", [x], em.unused(f"{t.name}/rows"), PlainLayout(tuple(out)), READBACK, store=pack,
+                   shape=out)
