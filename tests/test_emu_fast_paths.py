@@ -1,5 +1,5 @@
-"""The emulator's fast paths against its reference formulation (docs/precision.md, "How the
-emulator is fast"). Bit for bit: bf16 rounding, the conv model's fp32 path over every setting it
+"""The emulator's fast paths against the model as the facts read (tests/emulator_reference.py;
+docs/precision.md, "How the emulator is fast"). Bit for bit: bf16 rounding, the conv model's fp32 path over every setting it
 has, top-k, max-pool on stored values, and whole plans of every precision preset on the sample
 images, every call's result; none of those changes the fp32 summation order, so those
 comparisons are of float32 bit patterns. The bf16 conv path (oneDNN's bf16 convolutions, taken
@@ -23,13 +23,12 @@ from spc.emulator.numerics import (
     bf16_convs,
     bf16_convs_available,
     conv2d_device,
-    conv2d_device_reference,
     conv_weight_storage,
     round_bf16,
-    round_bf16_reference,
     store_bf16_,
 )
 from spc.ttnn.formats import DataFormat, MathFidelity
+from tests.emulator_reference import conv2d_device_reference, reference_program, round_bf16_reference
 
 needs_bf16_convs = pytest.mark.skipif(not bf16_convs_available(),
                                       reason="oneDNN has no bf16 convolutions on this CPU: only the fp32 path runs")
@@ -87,26 +86,48 @@ def _stored_weights(raw_w: torch.Tensor, raw_b: torch.Tensor, fmt: DataFormat,
     return wt, conv_weight_storage(raw_b[:, None, None, None], fmt).reshape(-1) if bias else None
 
 
+def _conv_settings(cin: int) -> list[tuple]:
+    """(weights format, fidelity, fp32 destination, L1 accumulation, output format, bias, ReLU):
+    an fp32 destination with every output format, and a bf16 one (slow to run, K in 16-wide
+    steps: fewer settings, and only below 32 input channels)."""
+    settings = [(DataFormat.BFLOAT8_B if fidelity is MathFidelity.LOFI else DataFormat.BFLOAT16, fidelity, True,
+                 l1_acc, out_fmt, bias, bias)
+                for fidelity, l1_acc, out_fmt, bias in itertools.product(
+                    MathFidelity, (True, False), (DataFormat.BFLOAT16, DataFormat.FLOAT32, DataFormat.BFLOAT8_B),
+                    (True, False))]
+    if cin < 32:
+        settings += [(DataFormat.BFLOAT16, fidelity, False, l1_acc, out_fmt, True, relu)
+                     for fidelity, l1_acc, out_fmt, relu in itertools.product(
+                         (MathFidelity.LOFI, MathFidelity.HIFI3), (True, False),
+                         (DataFormat.BFLOAT16, DataFormat.BFLOAT8_B), (True, False))]
+        settings.append((DataFormat.BFLOAT16, MathFidelity.HIFI2, False, False, DataFormat.FLOAT32, False, False))
+    return settings
+
+
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: f"{g[0]}to{g[1]}_k{g[4]}x{g[5]}_s{g[6][0]}")
 def test_conv_model_is_the_reference_in_every_setting(geometry: tuple) -> None:
     """The fp32 path (the only one on CPUs without bf16 convolutions), bit for bit."""
     cin, (stride, padding, dilation) = geometry[0], geometry[6:]
     x, raw_w, raw_b = _conv_case(geometry)
-    # the fast path's settings (an fp32 destination, a bf16 or fp32 result), and one each of those
-    # it hands to the reference (a bf16 destination, a block-float result)
-    settings = [(DataFormat.BFLOAT8_B if fidelity is MathFidelity.LOFI else DataFormat.BFLOAT16, fidelity, True,
-                 l1_acc, out_fmt, bias, bias)
-                for fidelity, l1_acc, out_fmt, bias in itertools.product(
-                    MathFidelity, (True, False), (DataFormat.BFLOAT16, DataFormat.FLOAT32), (True, False))]
-    if cin < 32:  # (the reference's bf16 destination is slow to run: K in 16-wide steps)
-        settings += [(DataFormat.BFLOAT16, MathFidelity.HIFI2, False, False, DataFormat.BFLOAT16, True, True),
-                     (DataFormat.BFLOAT8_B, MathFidelity.LOFI, True, False, DataFormat.BFLOAT8_B, True, False)]
-    for weights_fmt, fidelity, fp32_acc, l1_acc, out_fmt, bias, relu in settings:
+    for setting in _conv_settings(cin):
+        weights_fmt, fidelity, fp32_acc, l1_acc, out_fmt, bias, relu = setting
         wt, b = _stored_weights(raw_w, raw_b, weights_fmt, bias)
         args = (x, wt, b, stride, padding, dilation, 1, fidelity, fp32_acc, out_fmt, l1_acc)
         want = conv2d_device_reference(*args, relu=relu)
         got = conv2d_device(*args, relu=relu, bf16=False)
-        assert same_bits(got, want), (weights_fmt, fidelity, fp32_acc, l1_acc, out_fmt, bias, relu)
+        assert same_bits(got, want), setting
+
+
+@pytest.mark.parametrize(("batch", "cin", "cout", "groups"), [(2, 16, 32, 2), (1, 16, 16, 16)], ids=str)
+def test_conv_model_is_the_reference_with_groups(batch: int, cin: int, cout: int, groups: int) -> None:
+    x = bf16_values(batch, cin, 9, 10, seed=4).contiguous(memory_format=torch.channels_last)
+    raw_w, raw_b = bf16_values(cout, cin // groups, 3, 3, seed=5), bf16_values(cout, seed=6)
+    for setting in _conv_settings(cin):
+        weights_fmt, fidelity, fp32_acc, l1_acc, out_fmt, bias, relu = setting
+        wt, b = _stored_weights(raw_w, raw_b, weights_fmt, bias)
+        args = (x, wt, b, (1, 1), (1, 1, 1, 1), (1, 1), groups, fidelity, fp32_acc, out_fmt, l1_acc)
+        assert same_bits(conv2d_device(*args, relu=relu, bf16=False), conv2d_device_reference(*args, relu=relu)), \
+            setting
 
 
 # the bf16 path's own cases besides GEOMETRIES: a 1-channel input and 3 channels (convolved as 1x1
@@ -198,10 +219,10 @@ def test_bf16_path_choice(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _topk_case(x: torch.Tensor, k: int, largest: bool) -> None:
-    from spc.emulator.device import topk, topk_reference
+    from spc.emulator.device import topk, topk_by_sort
 
     a = {"dim": -1, "k": k, "largest": largest}
-    for got, want in zip(topk([x], {}, a), topk_reference([x], {}, a)):
+    for got, want in zip(topk([x], {}, a), topk_by_sort([x], {}, a)):
         assert same_bits(got, want), (k, largest)
 
 
@@ -260,7 +281,7 @@ def test_every_preset_runs_the_reference_bits(preset_plans: dict[str, Path], ima
     for name, path in preset_plans.items():
         plan = read_plan(path)
         p = plan.program
-        fast, reference = EmuProgram(p, plan.weights), EmuProgram(p, plan.weights, reference=True)
+        fast, reference = EmuProgram(p, plan.weights), reference_program(p, plan.weights)
         every = list(dict.fromkeys(r for op in p.device_ops for r in op.results))
         for image in images.values():
             env = {p.inputs[0].name: load_input(image, [1, 3, *SMALL])}

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from spc.emulator.numerics import conv2d_device, conv2d_device_reference, conv_weight_storage, round_storage
+from spc.emulator.numerics import conv2d_device, conv_weight_storage, round_storage
 from spc.ttnn.calls import CALLS
 from spc.ttnn.configs import Activation
 from spc.ttnn.formats import DataFormat
@@ -26,24 +26,13 @@ from spc.ttnn.formats import DataFormat
 Emulation = Callable[[list[torch.Tensor], dict[str, torch.Tensor], dict[str, Any]], torch.Tensor]
 # each call's own emulation (ttnn/calls: the element-wise, reduction, movement and selection calls),
 # then the ones below: models of the device's arithmetic (conv2d's matrix engine, the pools,
-# topk's fast path) and the fused kernels
+# topk) and the fused kernels
 EMULATIONS: dict[str, Emulation] = {name: d.emulate for name, d in CALLS.items() if d.emulate is not None}
-# The spec of the calls whose emulation above is a faster spelling of the same bits (the
-# emulator's reference run, emu.py: EmuProgram(..., reference=True); tests/test_emu_fast_paths.py)
-REFERENCE_EMULATIONS: dict[str, Emulation] = {}
 
 
 def emulates(name: str) -> Callable[[Emulation], Emulation]:
     def wrap(fn: Emulation) -> Emulation:
         EMULATIONS[name] = fn
-        return fn
-
-    return wrap
-
-
-def reference(name: str) -> Callable[[Emulation], Emulation]:
-    def wrap(fn: Emulation) -> Emulation:
-        REFERENCE_EMULATIONS[name] = fn
         return fn
 
     return wrap
@@ -76,8 +65,10 @@ def _flat(y: torch.Tensor) -> torch.Tensor:
     return y.permute(0, 2, 3, 1).contiguous().reshape(1, 1, n * h * w, c)
 
 
-def _conv2d(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any],
-            device: Callable[..., torch.Tensor]) -> torch.Tensor:
+def conv2d_with(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any],
+                device: Callable[..., torch.Tensor]) -> torch.Tensor:
+    """A ttnn.conv2d call computed by the conv model ``device`` (numerics.conv2d_device's
+    arguments): the call's NHWC rows as NCHW, its arguments as the model's, the result as rows."""
     x = _nchw(ins[0], a["batch_size"], a["input_height"], a["input_width"])
     top, bottom, left, right = a["padding"]
     cc = a["compute_config"]
@@ -89,17 +80,12 @@ def _conv2d(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[s
 
 @emulates("ttnn.conv2d")
 def conv2d(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return _conv2d(ins, weights, a, conv2d_device)
+    return conv2d_with(ins, weights, a, conv2d_device)
 
 
 def conv2d_held(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
     """:func:`conv2d`, its result held in bf16 where the bf16 path computed it (emu.py)."""
-    return _conv2d(ins, weights, a, functools.partial(conv2d_device, keep_bf16=True))
-
-
-@reference("ttnn.conv2d")
-def conv2d_reference(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
-    return _conv2d(ins, weights, a, conv2d_device_reference)
+    return conv2d_with(ins, weights, a, functools.partial(conv2d_device, keep_bf16=True))
 
 
 @emulates("ttnn.max_pool2d")
@@ -173,10 +159,10 @@ def avg_pool2d(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dic
     return _flat(y)
 
 
-@reference("ttnn.topk")
-def topk_reference(ins: list[torch.Tensor], weights: dict[str, torch.Tensor],
-                   a: dict[str, Any]) -> tuple[torch.Tensor, ...]:
-    """Values and positions (as exact float32 integers); ties by position, as a stable sort."""
+def topk_by_sort(ins: list[torch.Tensor], weights: dict[str, torch.Tensor],
+                 a: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+    """Values and positions (as exact float32 integers); ties by position, as a stable sort. For
+    what :func:`topk` does not select by the k-th value: several rows, k of 0 or the whole row, NaN."""
     x = ins[0]
     order = torch.sort(x, dim=a["dim"], descending=a["largest"], stable=True).indices.narrow(a["dim"], 0, a["k"])
     return torch.gather(x, a["dim"], order), order.to(torch.float32)
@@ -184,18 +170,19 @@ def topk_reference(ins: list[torch.Tensor], weights: dict[str, torch.Tensor],
 
 @emulates("ttnn.topk")
 def topk(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> tuple[torch.Tensor, ...]:
-    """topk_reference's result without sorting the whole row: the k-th value splits the row into
-    the positions above it (all kept) and the ties at it (the first ones kept, in position order),
-    and only those k are sorted, stably. One row (the keypoint window) and no NaN, else the reference."""
+    """Values and positions, ties by position (:func:`topk_by_sort`'s result), without sorting the
+    whole row: the k-th value splits the row into the positions above it (all kept) and the ties at
+    it (the first ones kept, in position order), and only those k are sorted, stably. One row (the
+    keypoint window) and no NaN, else :func:`topk_by_sort`."""
     x, dim, k, largest = ins[0], a["dim"], a["k"], a["largest"]
     n = x.shape[dim]
     if x.numel() != n or not 0 < k < n:
-        return topk_reference(ins, weights, a)
+        return topk_by_sort(ins, weights, a)
     row = x.reshape(n)
     top = torch.topk(row, k, largest=largest, sorted=False).values
     kth = top.min() if largest else top.max()  # NaN, the largest to both sorts, propagates here
     if torch.isnan(kth):
-        return topk_reference(ins, weights, a)
+        return topk_by_sort(ins, weights, a)
     above = ((row > kth) if largest else (row < kth)).nonzero().squeeze(1)
     ties = (row == kth).nonzero().squeeze(1)[: k - above.numel()]
     pos = torch.cat([above, ties]).sort().values  # in position order, so the stable sort keeps ties so

@@ -19,13 +19,13 @@ Choices where the facts stop (written down, not tuned): products of truncated op
 exact in fp32 and summed in fp32 (the device's fp32 dest order is not modelled); block-float
 rounding is nearest-even on the exact value (the packer's sticky-bit handling is not known).
 
-Two spellings of the model: the ``*_reference`` functions are the formulation written as the
-facts read (the spec), and the unsuffixed ones, which the emulator runs, compute the same bits
-with fewer passes over memory (in-place updates of the tensors they make, no work a fidelity
-does not use, the flush folded into one comparison); tests/test_emu_fast_paths.py holds them
-equal bit for bit (docs/precision.md, "How the emulator is fast"). One exception: where the CPU
-has bf16 dot products, a conv stored in bf16 runs as oneDNN bf16 convolutions (the bf16 path
-below), which is the same model up to the order of its fp32 sums; the tests bound it instead.
+One implementation of each case, which the emulator runs: fewer passes over memory than the
+model's plain spelling (in-place updates of the tensors they make, no work a fidelity does not
+use, the flush folded into one comparison); tests/emulator_reference.py spells the model as the
+facts read and the tests hold these to it bit for bit (docs/precision.md, "How the emulator is
+fast"). One exception: where the CPU has bf16 dot products, a conv stored in bf16 runs as oneDNN
+bf16 convolutions (the bf16 path below), which is the same model up to the order of its fp32
+sums; the tests bound it instead.
 """
 
 from __future__ import annotations
@@ -44,13 +44,6 @@ _MIN_NORMAL = 2.0**-126
 # The largest bf16 denormal (127 * 2^-133): a rounded value whose magnitude is at most this (or
 # -0) has a zero exponent field, which bf16 storage flushes to +0.
 _LARGEST_DENORMAL = 127 * 2.0**-133
-
-
-def round_bf16_reference(x: torch.Tensor) -> torch.Tensor:
-    """bf16 storage: round to nearest even, flush denormals; held as float32 (the spec)."""
-    bits = x.to(torch.bfloat16).view(torch.int16)
-    normal = (bits & 0x7F80) != 0  # a zero exponent field is zero or a denormal: stored as zero
-    return (bits * normal).view(torch.bfloat16).to(torch.float32)
 
 
 def round_bf16(x: torch.Tensor) -> torch.Tensor:
@@ -96,11 +89,6 @@ def round_storage(x: torch.Tensor, fmt: DataFormat) -> torch.Tensor:
     """A tensor stored on the device in ``fmt``."""
     if fmt is DataFormat.BFLOAT16:
         return round_bf16(x)
-    return round_storage_reference(x, fmt)
-
-
-def round_storage_reference(x: torch.Tensor, fmt: DataFormat) -> torch.Tensor:
-    """:func:`round_storage` as the spec spells it."""
     if fmt is DataFormat.FLOAT32:
         return x.to(torch.float32)  # fp32 denormals would flush too; values this small never occur here
     # indices, held exactly in float32 here. Blackhole's SFPU casts float32 to uint32 by shifting
@@ -110,8 +98,6 @@ def round_storage_reference(x: torch.Tensor, fmt: DataFormat) -> torch.Tensor:
         return torch.trunc(torch.clamp(x.to(torch.float32), min=0))
     if fmt is DataFormat.UINT16:
         return torch.round(torch.clamp(x.to(torch.float32), 0, 65535))
-    if fmt is DataFormat.BFLOAT16:
-        return round_bf16_reference(x)
     if fmt.block_float_bits:
         return round_block_float(x, fmt)
     raise ValueError(f"unknown device data format {fmt!r}")
@@ -174,61 +160,73 @@ def conv2d_device(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stri
                   padding: tuple[int, int, int, int], dilation: tuple[int, int], groups: int, fidelity: MathFidelity,
                   fp32_acc: bool, out_fmt: DataFormat, l1_acc: bool = False, relu: bool = False, *,
                   bf16: bool | None = None, keep_bf16: bool = False) -> torch.Tensor:
-    """:func:`conv2d_device_reference`'s bits, faster. With an fp32 destination and a bf16 or fp32
-    output: the same convolutions (each kernel row's over the rows it reads), the activations
-    padded and truncated in one pass, once for every kernel row, and what follows each conv (the
-    partial added, packed, the bias added, the result stored, its ReLU) done in place, without
-    the reference's temporaries. Anything else (a bf16 destination, block-float outputs) runs
-    the reference.
+    """A ttnn conv2d's result as the device computes it; with ``relu``, its fused ReLU on the
+    stored result.
 
-    With ``bf16`` (default :func:`bf16_convs`), a bf16 result is computed by bf16 convolutions
-    instead (:func:`_conv2d_bf16`): the same model up to the order of the fp32 sums, so not bit
-    for bit (tests/test_emu_fast_paths.py bounds it). ``x`` may be a bfloat16 tensor (stored
-    values held as they are stored); with ``keep_bf16`` the bf16 path's result is returned so
-    too, else every result is float32.
+    From the program factory and compute kernel (conv_bmm_tilize.cpp): the reduction runs in
+    K blocks of one kernel row each (K order kh, kw, cin); between blocks the partial sum is
+    packed and reloaded into the partials buffer: in the output format, or with ``l1_acc``
+    (packer_l1_acc, which ttnn enables only with more than two K blocks, or two and a bias) in
+    fp32 when the destination is fp32, else bf16; the matmul result goes to that buffer too,
+    then the bias is added and the sum packed in the output format. Inside a block the
+    destination accumulates in fp32 (``fp32_acc``) or in bf16 (:func:`bf16_destination_block`).
+    A block-float output tilises the activations in that format too (ACT_TILIZED uses
+    output_df). ``x`` is NCHW holding device values; ``w`` holds stored weights
+    (conv_weight_storage).
+
+    With an fp32 destination, where nothing narrows the partials between kernel rows, one conv;
+    else one conv per kernel row over the rows it reads. The activations are padded and truncated
+    in one pass, once for every kernel row, and what follows each conv (the partial added, packed,
+    the bias added, the result stored, its ReLU) is done in place where the format allows.
+
+    With ``bf16`` (default :func:`bf16_convs`), a bf16 result with an fp32 destination is computed
+    by bf16 convolutions instead (:func:`_conv2d_bf16`): the same model up to the order of the
+    fp32 sums, so not bit for bit (tests/test_emu_fast_paths.py bounds it). ``x`` may be a
+    bfloat16 tensor (stored values held as they are stored); with ``keep_bf16`` the bf16 path's
+    result is returned so too, else every result is float32.
     """
-    if not fp32_acc or out_fmt not in (DataFormat.BFLOAT16, DataFormat.FLOAT32):
-        return conv2d_device_reference(x.to(torch.float32), w, b, stride, padding, dilation, groups, fidelity,
-                                       fp32_acc, out_fmt, l1_acc, relu)
     kh = w.shape[2]
     l1_acc = l1_acc and (kh > 2 or (kh > 1 and b is not None))  # determine_packer_l1_acc
-    partial_fmt = DataFormat.FLOAT32 if l1_acc else out_fmt
-    if out_fmt is DataFormat.BFLOAT16 and (bf16_convs() if bf16 is None else bf16):
+    partial_fmt = (DataFormat.FLOAT32 if fp32_acc else DataFormat.BFLOAT16) if l1_acc else out_fmt
+    if fp32_acc and out_fmt is DataFormat.BFLOAT16 and (bf16_convs() if bf16 is None else bf16):
         held = _conv2d_bf16(x, w, b, stride, padding, dilation, groups, fidelity, partial_fmt is DataFormat.FLOAT32,
                             relu)
         if held is not None:
             return held if keep_bf16 else held.to(torch.float32)
     x = x.to(torch.float32)  # (a bf16-held tensor's values, exactly)
+    if out_fmt.block_float_bits:
+        x = round_block_float(x.permute(0, 2, 3, 1), out_fmt).permute(0, 3, 1, 2)
 
-    def finish_(acc: torch.Tensor, block: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor:
-        """(acc + block), packed as a partial, + bias, stored (then ReLU): the conv's last steps."""
-        if block is not None:
-            acc.add_(block)
+    def finish_(acc: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """The last K block's sum, packed as a partial, + bias, stored (then ReLU)."""
         if bias is not None:
-            _store_(acc, partial_fmt).add_(bias)
+            acc = _store_(acc, partial_fmt).add_(bias)
         return _store_(acc, out_fmt, relu)
 
     bias = None if b is None else b.reshape(1, -1, 1, 1)
-    if partial_fmt is DataFormat.FLOAT32 or kh == 1:
-        return finish_(_one_block(x, w, stride, padding, dilation, groups, fidelity), None, bias)
+    if fp32_acc and (partial_fmt is DataFormat.FLOAT32 or kh == 1):
+        return finish_(_one_block(x, w, stride, padding, dilation, groups, fidelity), bias)
     phases = fidelity.phases
+    bf16_dest = not fp32_acc and groups == 1  # (a grouped conv's rows are summed as with an fp32 destination)
     # the padded activations, and their SrcB "hi" part, as far as the fidelity reads them
-    xp = _padded(x, padding) if phases >= 3 else None
-    xp_hi = _padded(x, padding, B_HI_BITS) if phases < 4 else None
+    xp = _padded(x, padding) if phases >= 3 or bf16_dest else None
+    xp_hi = _padded(x, padding, B_HI_BITS) if phases < 4 and not bf16_dest else None
     src = xp if xp is not None else xp_hi
     assert src is not None
     oh = (src.shape[2] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     acc: torch.Tensor | None = None
     for r in range(kh):
         rows = slice(r * dilation[0], r * dilation[0] + (oh - 1) * stride[0] + 1)
-        block = _one_block(src[:, :, rows], w[:, :, r:r + 1], stride, (0, 0, 0, 0), dilation, groups, fidelity,
-                           None if xp_hi is None else xp_hi[:, :, rows])
-        if acc is None:
-            acc = _store_(block, partial_fmt)
-        elif r < kh - 1:
-            acc = _store_(acc.add_(block), partial_fmt)
+        if bf16_dest:
+            partial = bf16_destination_block(src[:, :, rows].contiguous(memory_format=torch.channels_last),
+                                             w[:, :, r:r + 1], stride, dilation, fidelity, acc)
         else:
-            return finish_(acc, block, bias)
+            block = _one_block(src[:, :, rows], w[:, :, r:r + 1], stride, (0, 0, 0, 0), dilation, groups, fidelity,
+                               None if xp_hi is None else xp_hi[:, :, rows])
+            partial = block if acc is None else acc.add_(block)
+        if r == kh - 1:
+            return finish_(partial, bias)
+        acc = _store_(partial, partial_fmt)
     raise AssertionError("a kernel row is the last")
 
 
@@ -259,7 +257,8 @@ def _zero_bordered(shape: torch.Size, padding: tuple[int, int, int, int], channe
 def _one_block(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], padding: tuple[int, int, int, int],
                dilation: tuple[int, int], groups: int, fidelity: MathFidelity,
                x_hi: torch.Tensor | None = None) -> torch.Tensor:
-    """_one_block_reference's sum, a new tensor (so the caller may update it in place)."""
+    """The conv of ``x`` with ``w`` in one K block: the sum of the convs of the fidelity's operand
+    pairs (:func:`operand_phases`, merged), a new tensor (so the caller may update it in place)."""
     left, right, top, bottom = padding
     same = (left, top) == (right, bottom)
     src = x if same else _padded(x, padding)
@@ -457,89 +456,12 @@ def _taps_as_channels(xp: torch.Tensor, wq: torch.Tensor, stride: tuple[int, int
     return cols.permute(0, 3, 1, 2), w1.contiguous(memory_format=torch.channels_last)
 
 
-def conv2d_device_reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: tuple[int, int],
-                            padding: tuple[int, int, int, int], dilation: tuple[int, int], groups: int,
-                            fidelity: MathFidelity, fp32_acc: bool, out_fmt: DataFormat, l1_acc: bool = False,
-                            relu: bool = False) -> torch.Tensor:
-    """A ttnn conv2d's result as the device computes it (the spec of :func:`conv2d_device`);
-    with ``relu``, its fused ReLU on the stored result.
-
-    From the program factory and compute kernel (conv_bmm_tilize.cpp): the reduction runs in
-    K blocks of one kernel row each (K order kh, kw, cin); between blocks the partial sum is
-    packed and reloaded into the partials buffer: in the output format, or with ``l1_acc``
-    (packer_l1_acc, which ttnn enables only with more than two K blocks, or two and a bias) in
-    fp32 when the destination is fp32, else bf16; the matmul result goes to that buffer too,
-    then the bias is added and the sum packed in the output format. Inside a block the destination accumulates in fp32
-    (``fp32_acc``) or in bf16, rewritten after every 16 K values of every fidelity phase; the
-    rounding of those bf16 rewrites is not documented and is modelled as nearest-even.
-    ``x`` is NCHW holding device values; ``w`` holds stored weights (conv_weight_storage).
-    """
-    y = _conv2d_reference(x, w, b, stride, padding, dilation, groups, fidelity, fp32_acc, out_fmt, l1_acc)
-    return torch.relu(y) if relu else y
-
-
-def _conv2d_reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: tuple[int, int],
-                      padding: tuple[int, int, int, int], dilation: tuple[int, int], groups: int,
-                      fidelity: MathFidelity, fp32_acc: bool, out_fmt: DataFormat, l1_acc: bool) -> torch.Tensor:
-    if out_fmt.block_float_bits:
-        # the tilised activations take the output format (ACT_TILIZED uses output_df)
-        x = round_block_float(x.permute(0, 2, 3, 1), out_fmt).permute(0, 3, 1, 2)
-    kh = w.shape[2]
-    l1_acc = l1_acc and (kh > 2 or (kh > 1 and b is not None))  # determine_packer_l1_acc
-    partial_fmt = (DataFormat.FLOAT32 if fp32_acc else DataFormat.BFLOAT16) if l1_acc else out_fmt
-    if fp32_acc and (partial_fmt is DataFormat.FLOAT32 or kh == 1):
-        # nothing narrows the partial sums between kernel rows: one conv computes the same sums
-        acc = _one_block_reference(x, w, stride, padding, dilation, groups, fidelity)
-    else:
-        acc = _row_blocks_reference(x, w, stride, padding, dilation, groups, fidelity, fp32_acc, partial_fmt)
-    if b is None:
-        return round_storage_reference(acc, out_fmt)
-    return round_storage_reference(round_storage_reference(acc, partial_fmt) + b.reshape(1, -1, 1, 1), out_fmt)
-
-
-def _one_block_reference(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int],
-                         padding: tuple[int, int, int, int], dilation: tuple[int, int], groups: int,
-                         fidelity: MathFidelity) -> torch.Tensor:
-    left, right, top, bottom = padding
-    same = (left, top) == (right, bottom)
-    src = x if same else F.pad(x, (left, right, top, bottom)).contiguous(memory_format=torch.channels_last)
-    pad = (top, left) if same else (0, 0)
-    terms = [F.conv2d(xb, wa, stride=stride, padding=pad, dilation=dilation, groups=groups)
-             for wa, xb in operand_phases(w, src, fidelity)]
-    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
-
-
-def _row_blocks_reference(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int],
-                          padding: tuple[int, int, int, int], dilation: tuple[int, int], groups: int,
-                          fidelity: MathFidelity, fp32_acc: bool, partial_fmt: DataFormat) -> torch.Tensor:
-    """K blocks of one kernel row each, the partial packed in ``partial_fmt`` between blocks."""
-    left, right, top, bottom = padding
-    xp = F.pad(x, (left, right, top, bottom)).contiguous(memory_format=torch.channels_last)
-    kh = w.shape[2]
-    oh = (xp.shape[2] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    acc: torch.Tensor | None = None
-    for r in range(kh):
-        first = r * dilation[0]
-        if fp32_acc or groups != 1:
-            # the row's conv over every input row, then the output rows this kernel row feeds
-            full = _one_block_reference(xp, w[:, :, r:r + 1], (1, stride[1]), (0, 0, 0, 0), dilation, groups,
-                                        fidelity)
-            block = full[:, :, first: first + (oh - 1) * stride[0] + 1: stride[0]]
-            partial = block if acc is None else acc + block
-        else:
-            rows = xp[:, :, first: first + (oh - 1) * stride[0] + 1].contiguous(memory_format=torch.channels_last)
-            partial = _row_block_reference(rows, w[:, :, r:r + 1], stride, dilation, groups, fidelity, fp32_acc,
-                                           acc)
-        acc = partial if r == kh - 1 else round_storage_reference(partial, partial_fmt)
-    assert acc is not None
-    return acc
-
-
-def _row_block_reference(rows: torch.Tensor, w_row: torch.Tensor, stride: tuple[int, int],
-                         dilation: tuple[int, int], groups: int, fidelity: MathFidelity, fp32_acc: bool,
-                         acc: torch.Tensor | None) -> torch.Tensor:
-    """One K block (one kernel row) with a bf16 destination, added to the reloaded partial."""
-    # bf16 destination: every 16 K values of every phase is one rewrite of DST
+def bf16_destination_block(rows: torch.Tensor, w_row: torch.Tensor, stride: tuple[int, int],
+                           dilation: tuple[int, int], fidelity: MathFidelity, acc: torch.Tensor | None) -> torch.Tensor:
+    """One K block (kernel row ``w_row`` over the activation ``rows`` it reads) with a bf16
+    destination, added to the reloaded partial ``acc``. DST is rewritten after every 16 K values
+    of every fidelity phase; the rounding of those bf16 rewrites is not documented and is
+    modelled as nearest-even (with the storage's flush)."""
     cin, kw = w_row.shape[1], w_row.shape[3]
     cin_p = -(-cin // 32) * 32 if cin >= 16 else -(-cin // 8) * 8
     ow = _width(rows, w_row, stride, dilation)
@@ -554,7 +476,7 @@ def _row_block_reference(rows: torch.Tensor, w_row: torch.Tensor, stride: tuple[
                     term = term[..., :ow]
                     part = term if part is None else part + term
                 if part is not None:
-                    out = round_bf16_reference(part if out is None else out + part)
+                    out = round_bf16(part if out is None else out + part)
     assert out is not None
     return out
 

@@ -23,17 +23,32 @@ from spc.emulator.device import (
     MASKS,
     MOVES_VALUES,
     OF_STORED,
-    REFERENCE_EMULATIONS,
     STORED_BY_EMULATION,
     TAKES_HELD_BF16,
+    Emulation,
     prepare_weight,
 )
-from spc.emulator.numerics import round_storage, round_storage_reference
+from spc.emulator.numerics import round_storage
 from spc.errors import SpcError
 from spc.plan.program import Program, TtOp
 from spc.ttnn.formats import DataFormat
 
 Call = Callable[[list[torch.Tensor]], Any]
+Store = Callable[[torch.Tensor, DataFormat], torch.Tensor]
+
+
+class Emulations(Struct, frozen=True):
+    """What an :class:`EmuProgram` computes with: each call's emulation (by call name) and a
+    result's storage in a format. With ``shortcuts``, also what holds of stored values only, in
+    place of some of ``calls``: OF_STORED's emulations and HOLDING_BF16's (emulator/device.py),
+    and no storing where it cannot change a value; without, every call as ``calls`` has it."""
+
+    calls: Mapping[str, Emulation]
+    store: Store = round_storage
+    shortcuts: bool = True
+
+
+DEVICE = Emulations(EMULATIONS)
 
 
 class _Bound(Struct):
@@ -78,8 +93,7 @@ def _keep_working_memory() -> None:
         return
 
 
-def _stored(result: torch.Tensor | tuple[torch.Tensor, ...], fmt: DataFormat,
-            store: Callable[[torch.Tensor, DataFormat], torch.Tensor] = round_storage
+def _stored(result: torch.Tensor | tuple[torch.Tensor, ...], fmt: DataFormat, store: Store = round_storage
             ) -> torch.Tensor | tuple[torch.Tensor, ...]:
     if isinstance(result, tuple):  # a call with several results (a multi-output kernel)
         return tuple(store(r, fmt) for r in result)
@@ -113,15 +127,14 @@ def _result_format(op: TtOp, stored_in: dict[str, DataFormat | None]) -> DataFor
 
 
 class EmuProgram:
-    """The bound calls of ``program``. ``reference``: the emulator as the spec spells it (every
-    call's reference emulation and rounding, no storage skipped), to hold the fast paths to."""
+    """The bound calls of ``program``, computed with ``emulations`` (default: the device's)."""
 
-    def __init__(self, program: Program, weights: dict[str, np.ndarray], reference: bool = False) -> None:
+    def __init__(self, program: Program, weights: dict[str, np.ndarray], emulations: Emulations = DEVICE) -> None:
         torch.set_grad_enabled(False)
         _keep_working_memory()
         self.program = program
         self.calls: list[_Bound] = []
-        store = round_storage_reference if reference else round_storage
+        store, shortcuts = emulations.store, emulations.shortcuts
         try:  # put on the device once, in their storage format, as the ttnn backends do
             self.constants = {c.name: store(torch.from_numpy(np.array(weights[c.weight], np.float32))
                                             .reshape(c.device_shape), c.dtype) for c in program.constants}
@@ -132,7 +145,7 @@ class EmuProgram:
         stored_in: dict[str, DataFormat | None] = {t.name: DataFormat.BFLOAT16 for t in program.device_inputs}
         stored_in.update({c.name: c.dtype for c in program.constants})
         for op in program.device_ops:
-            emulation = (REFERENCE_EMULATIONS.get(op.op) if reference else None) or EMULATIONS.get(op.op)
+            emulation = emulations.calls.get(op.op)
             if emulation is None:
                 raise SpcError(f"the emu backend cannot run {op.op} (from {op.source})")
             conv_config = op.args.get("conv_config")
@@ -143,14 +156,14 @@ class EmuProgram:
                 raise SpcError(f"plan is missing weight {exc} for {op.source}") from None
             if op.op in STORED_BY_EMULATION:
                 fn = lambda ins, e=emulation, w=bound, a=op.args: e(ins, w, a)
-            elif reference or not _storage_is_identity(op, stored_in):
+            elif not shortcuts or not _storage_is_identity(op, stored_in):
                 fn = lambda ins, e=emulation, w=bound, a=op.args, d=op.dtype, s=store: _stored(e(ins, w, a), d, s)
             elif op.op in MASKS:
                 fn = lambda ins, e=emulation, w=bound, a=op.args: e(ins, w, a)
             else:
                 emulation = OF_STORED.get(op.op, emulation)
                 fn = lambda ins, e=emulation, w=bound, a=op.args, d=op.dtype: _stored_unless_nan(e(ins, w, a), d)
-            if reference:
+            if not shortcuts:
                 held = fn
             elif op.op in HOLDING_BF16:
                 held = lambda ins, e=HOLDING_BF16[op.op], w=bound, a=op.args: e(ins, w, a)
