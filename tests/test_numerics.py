@@ -154,3 +154,14 @@ def test_bfp8_weights_share_exponents_across_output_channels() -> None:
     s = conv_weight_storage(w, DataFormat.BFLOAT8_B)
     assert s[0, 0].item() == 100.0 and s[1, 0].item() == 0.0
     assert s[1, 1].item() != 0.0 and s[16, 0].item() != 0.0
+
+
+def test_float32_weights_are_read_to_nine_mantissa_bits() -> None:
+    """SrcA holds TF32 and the multiplier reads hidden + 4 + 5 of its bits: 2^-9 survives, 2^-10
+    and below do not (toward zero); bf16 weights are read whole."""
+    from spc.emulator.numerics import conv_weight_storage
+
+    w = torch.tensor([1 + 2.0**-9 + 2.0**-10 + 2.0**-20, -(1 + 2.0**-10), 1 + 2.0**-7]).reshape(3, 1, 1, 1)
+    s = conv_weight_storage(w, DataFormat.FLOAT32).flatten().tolist()
+    assert s == [1 + 2.0**-9, -1.0, 1 + 2.0**-7]
+    assert conv_weight_storage(w, DataFormat.BFLOAT16).flatten().tolist()[2] == 1 + 2.0**-7

@@ -13,11 +13,15 @@ Facts (shared/reference/tenstorrent-facts.md, from tt-metal and the Tensix ISA d
   and 4 mantissa bits in its "hi" phases and the next bits in its "lo" phases; SrcB keeps the
   hidden bit and 6 mantissa bits in "hi", the rest in "lo". Phases: A-hi x B-hi, A-lo x B-hi,
   A-hi x B-lo, A-lo x B-lo; LoFi runs the first, HiFi2 two, HiFi3 three, HiFi4 all four. In
-  matmul (and conv), weights are SrcA and activations SrcB.
+  matmul (and conv), weights are SrcA and activations SrcB. SrcA and SrcB hold 19-bit values
+  (TF32: fp32 loses its low 13 mantissa bits on the way in) and the multiplier takes at most 5 bits
+  of SrcA per phase: float32 weights are read to 9 mantissa bits (conv_weight_storage).
 
 Choices where the facts stop (written down, not tuned): products of truncated operands are
 exact in fp32 and summed in fp32 (the device's fp32 dest order is not modelled); block-float
-rounding is nearest-even on the exact value (the packer's sticky-bit handling is not known).
+rounding is nearest-even on the exact value (the packer's sticky-bit handling is not known);
+a float32-stored tensor a conv reads is not narrowed to TF32 (only a --precision-config that
+stores a block's output in float32 makes one).
 
 One implementation of each case, which the emulator runs: fewer passes over memory than the
 model's plain spelling (in-place updates of the tensors they make, no work a fidelity does not
@@ -121,6 +125,8 @@ def truncate_mantissa(x: torch.Tensor, keep: int) -> torch.Tensor:
 
 
 A_HI_BITS, B_HI_BITS = 4, 6
+EXACT_SUM_BELOW = 32  # a conv summing fewer products per output is summed in float64 (_one_block)
+A_READ_BITS = A_HI_BITS + 5  # SrcA's mantissa bits the multiplier reads over its hi and lo phases
 
 
 def operand_phases(a: torch.Tensor, b: torch.Tensor, fidelity: MathFidelity, merged: bool = True,
@@ -150,9 +156,13 @@ def operand_phases(a: torch.Tensor, b: torch.Tensor, fidelity: MathFidelity, mer
 def conv_weight_storage(w: torch.Tensor, fmt: DataFormat) -> torch.Tensor:
     """Conv weights [O, I, kh, kw] as the device stores them: ttnn tilises a [K, N] matrix with
     N = output channels, so a block-float face row is 16 consecutive output channels of one tap
-    (prepare_conv2d_weights.cpp)."""
+    (prepare_conv2d_weights.cpp). float32 weights as the matrix engine reads them: SrcA holds
+    TF32 (the unpacker drops the low 13 mantissa bits) and the multiplier takes the hidden bit and
+    4 + 5 mantissa bits over its A phases, so 9 bits at most (bf16's 7 are all read)."""
     if fmt.block_float_bits:
         return round_block_float(w.permute(2, 3, 1, 0), fmt).permute(3, 2, 0, 1).contiguous()
+    if fmt is DataFormat.FLOAT32:
+        return truncate_mantissa(w, A_READ_BITS)
     return round_storage(w, fmt)
 
 
@@ -263,8 +273,15 @@ def _one_block(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], paddin
     same = (left, top) == (right, bottom)
     src = x if same else _padded(x, padding)
     pad = (top, left) if same else (0, 0)
-    terms = [F.conv2d(xb, wa, stride=stride, padding=pad, dilation=dilation, groups=groups)
-             for wa, xb in operand_phases(w, src, fidelity, b_hi=x_hi if same else None)]
+    pairs = operand_phases(w, src, fidelity, b_hi=x_hi if same else None)
+    if w.shape[1] * w.shape[2] * w.shape[3] < EXACT_SUM_BELOW:
+        # few products (the image's first conv): summed exactly, rounded once, so the result does not
+        # depend on the batch or the conv algorithm torch picks for it (fp32 weights' products need
+        # up to 20 bits: fp32 sums of them round in torch's order)
+        total = sum(F.conv2d(xb.double(), wa.double(), stride=stride, padding=pad, dilation=dilation, groups=groups)
+                    for wa, xb in pairs)
+        return total.float()  # type: ignore[union-attr]
+    terms = [F.conv2d(xb, wa, stride=stride, padding=pad, dilation=dilation, groups=groups) for wa, xb in pairs]
     return terms[0] if len(terms) == 1 else terms[0].add_(terms[1])
 
 

@@ -17,6 +17,8 @@ A value a quantization reads (spc.FakeQuant: a QDQ model's convolutions, batch n
 pool's, one of its inputs) is stored in float32, and so is a scaled convolution's (a quantized
 model's integer convolution): bf16 holds a value to 1/256 of itself, coarser than a step of
 the integers from 128 steps up.
+A convolution summing fewer than 32 products per output (the image's first) starts from float32
+weights under every preset (:meth:`~spc.ttnn.precision.PrecisionPlan.for_block`).
 A quantization's own result, k * s, is stored in float32 too, unless only max pools and other
 quantizations read it (they recover k from its bf16 exactly).
 """
@@ -28,7 +30,7 @@ from msgspec.structs import replace
 from spc.ir.graph import Graph, Node, Placement
 from spc.passes.manager import Pass, PassContext, PassResult
 from spc.ttnn.formats import DataFormat
-from spc.ttnn.precision import BlockPrecision, PrecisionPlan
+from spc.ttnn.precision import SHORT_REDUCTION, BlockPrecision, PrecisionPlan
 
 
 def block_name(n: Node) -> str:
@@ -45,6 +47,16 @@ def block_name(n: Node) -> str:
 def scaled(n: Node) -> bool:
     """A convolution with its scale per output channel (fuse-conv-bias-relu's fourth operand)."""
     return n.op.name == "spc.Conv2d" and len(n.inputs) > 3 and n.inputs[3] is not None
+
+
+def _reduction(n: Node) -> int:
+    """Products summed per output value of a convolution (input channels per group x kernel taps);
+    a large number for anything else."""
+    w = n.inputs[1] if n.op.name == "spc.Conv2d" and len(n.inputs) > 1 else None
+    if w is None or not w.type.is_static:
+        return 1 << 30
+    _, cin, kh, kw = w.type.static_shape
+    return int(cin) * int(kh) * int(kw)
 
 
 _RECOVER_STEPS = {"onnx.MaxPool", "spc.FakeQuant"}
@@ -74,7 +86,7 @@ class ChoosePrecision(Pass):
             if n.placement is not Placement.DEVICE:
                 continue
             block = block_name(n)
-            p = plan.for_block(block)
+            p = plan.for_block(block, short_reduction=_reduction(n) < SHORT_REDUCTION)
             if n.op.name != "spc.Conv2d":
                 p = BlockPrecision(output_dtype=p.output_dtype)  # only the stored format applies
             if (scaled(n) or id(n) in quantized or _grid_read(n)) and p.output_dtype is not DataFormat.FLOAT32:

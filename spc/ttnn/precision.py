@@ -14,6 +14,9 @@ balanced    bfloat16     HiFi2     yes       yes           bfloat16
 fast        bfloat8_b    LoFi      yes       no            bfloat16
 ==========  ===========  ========  ========  ============  =======
 
+Under every preset a convolution with a short reduction (fewer than 32 products per output: the
+image's first conv) keeps float32 weights (:meth:`PrecisionPlan.for_block`); a rule overrides it.
+
 ``packer_l1_acc``: a conv reduces in K blocks of one kernel row; without L1 accumulation the
 partial sum is packed in the *output* format (bf16) between blocks, with it in fp32 (if the
 destination accumulates in fp32) — tt-metal conv2d_op_program_factory_common.cpp get_cb_info.
@@ -112,6 +115,10 @@ PRESETS = {
 }
 
 
+# a reduction shorter than one tile row (32 values) is "short": see PrecisionPlan.for_block
+SHORT_REDUCTION = 32
+
+
 class PrecisionPlan(Struct, frozen=True):
     """A preset plus ordered (glob, field overrides) rules."""
 
@@ -122,8 +129,14 @@ class PrecisionPlan(Struct, frozen=True):
         if self.preset not in PRESETS:
             raise SpcError(f"--precision {self.preset}: not a preset ({', '.join(PRESETS)})")
 
-    def for_block(self, block: str) -> BlockPrecision:
+    def for_block(self, block: str, short_reduction: bool = False) -> BlockPrecision:
+        """The preset's precision, then the rules matching ``block``. A convolution whose reduction is
+        short (``short_reduction``: fewer than SHORT_REDUCTION products per output) starts from
+        float32 weights: its result sums too few products for their bf16 roundings to average out
+        (the image's first conv: 9-27), and its weights are a few KB, so the device time is the same."""
         p = PRESETS[self.preset]
+        if short_reduction:
+            p = replace(p, weights_dtype=DataFormat.FLOAT32)
         for pattern, changes in self.rules:
             if fnmatch.fnmatchcase(block, pattern):
                 p = replace(p, **dict(changes))

@@ -17,8 +17,8 @@ from spc.ttnn.formats import DataFormat, MathFidelity
 from spc.ttnn.precision import BlockPrecision, PrecisionPlan, load_precision_config
 from tests.conftest import ir
 
-NET = """graph @t(%x: f32[1,2,8,8]) {
-  %inner.encoder.conv_blocks.0.conv_a.weight: f32[4,2,3,3] = const @"ea"
+NET = """graph @t(%x: f32[1,4,8,8]) {
+  %inner.encoder.conv_blocks.0.conv_a.weight: f32[4,4,3,3] = const @"ea"
   %inner.keypoint_decoder.conv_score_a.weight: f32[4,4,1,1] = const @"ka"
   %e: f32[1,4,8,8] = spc.Conv2d(%x, %inner.encoder.conv_blocks.0.conv_a.weight) {activation = "relu", dilations = [1, 1], group = 1, kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [1, 1]} #enc
   %k: f32[1,4,8,8] = spc.Conv2d(%e, %inner.keypoint_decoder.conv_score_a.weight) {activation = "none", dilations = [1, 1], group = 1, kernel_shape = [1, 1], pads = [0, 0, 0, 0], strides = [1, 1]} #det
@@ -29,7 +29,7 @@ NET = """graph @t(%x: f32[1,2,8,8]) {
 
 
 def compiled(plan: PrecisionPlan):
-    g = ir(NET, ea=np.ones((4, 2, 3, 3), np.float32), ka=np.ones((4, 4, 1, 1), np.float32))
+    g = ir(NET, ea=np.ones((4, 4, 3, 3), np.float32), ka=np.ones((4, 4, 1, 1), np.float32))
     PartitionHostDevice().run(g, PassContext())
     result = ChoosePrecision().run(g, PassContext(PipelineOptions(precision=plan)))
     return g, result
@@ -44,6 +44,21 @@ def test_presets_and_block_names() -> None:
     assert norm.attrs == {"axis": 1, "eps": 1e-12}
     assert norm.block == "l2norm" and norm.precision == BlockPrecision(output_dtype=DataFormat.BFLOAT16)
     assert result.stats["preset"] == "balanced"
+
+
+def test_a_short_reduction_keeps_float32_weights() -> None:
+    """The image's first conv (here 1 channel x 3x3 = 9 products per output) under every preset;
+    the 36-product conv after it and the 1x1 head (4 products: short too) as measured; a rule wins."""
+    first = NET.replace("%x: f32[1,4,8,8]", "%x: f32[1,1,8,8]").replace("f32[4,4,3,3]", "f32[4,1,3,3]")
+    for preset in ("accurate", "fast"):
+        g = ir(first, ea=np.ones((4, 1, 3, 3), np.float32), ka=np.ones((4, 4, 1, 1), np.float32))
+        PartitionHostDevice().run(g, PassContext())
+        ChoosePrecision().run(g, PassContext(PipelineOptions(precision=PrecisionPlan(preset))))
+        assert [n.precision.weights_dtype for n in g.nodes[:2]] == [DataFormat.FLOAT32] * 2
+    g, _ = compiled(PrecisionPlan("fast"))
+    assert [n.precision.weights_dtype for n in g.nodes[:2]] == [DataFormat.BFLOAT8_B, DataFormat.FLOAT32]
+    g, _ = compiled(PrecisionPlan("accurate").with_rule("keypoint_decoder.*", weights_dtype="bfloat16"))
+    assert g.nodes[1].precision.weights_dtype is DataFormat.BFLOAT16
 
 
 def test_decisions_print_and_parse_back() -> None:

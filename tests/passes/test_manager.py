@@ -64,7 +64,7 @@ def test_a_rerun_is_verified_and_recorded_and_a_stage_is_dumped(tmp_path: Path) 
     assert len(pm.records) == 2 and g.nodes[0].precision.math_fidelity is MathFidelity.LOFI
     pm.rerun("choose-precision", g, PassContext(PipelineOptions(precision=PrecisionPlan("balanced"))))
     assert [r.name for r in pm.records] == ["nothing", "choose-precision", "choose-precision"]
-    assert '#enc @device <"w" w:bfloat16 HiFi2' in (tmp_path / "03-choose-precision.ir").read_text()
+    assert '#enc @device <"w" w:float32 HiFi2' in (tmp_path / "03-choose-precision.ir").read_text()
     pm.stage("lowered-thing", g, lambda: StageResult({"calls": 1}, {"a": 1}, {"a": 1, "b": 1}, "the result\n"))
     pm.close(g)
     assert (tmp_path / "04-lowered-thing.txt").read_text() == "the result\n"
