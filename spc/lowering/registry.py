@@ -52,7 +52,7 @@ def lowers(op_name: str, check: Check | None = None, integers: bool = False,
 
 
 def _load() -> None:
-    # the lowerings register themselves on import
+    # a cycle: fused.py and generic.py import this module to register their lowerings
     from spc.lowering import fused, generic  # noqa: F401
 
 
