@@ -16,7 +16,7 @@ _API = ("compile", "load", "Model", "Features", "Extraction")
 
 def __getattr__(name: str) -> Any:
     if name in _API:
-        from spc import api
+        from spc import api  # numpy, the plan reader, the runtime (~200 ms): not for every `import spc.X`
 
         return getattr(api, name)
     raise AttributeError(f"module 'spc' has no attribute {name!r}")

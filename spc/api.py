@@ -23,8 +23,11 @@ import numpy as np
 from msgspec import Struct
 
 from spc.errors import SpcError
-from spc.plan.io import Plan
-from spc.runtime.extraction import Extraction
+from spc.files import check_outputs
+from spc.options import CompileOptions
+from spc.plan.io import Plan, read_plan
+from spc.runtime.extraction import Extraction, has_keypoints
+from spc.ttnn.precision import PrecisionPlan
 from spc.ttnn.targets import DEFAULT_TARGET
 
 
@@ -63,7 +66,7 @@ class Model:
         A model that returns SuperPoint's raw heads gets the standard extraction (``extraction``:
         its parameters, spc.Extraction). A model with no keypoints in either form raises:
         :meth:`outputs` gives its outputs."""
-        from spc.runtime.extraction import has_keypoints
+        # `spc run`'s modules and the runtime (~50 ms: rich, PIL): spc.compile and spc.load run nothing
         from spc.tools.run import in_original, keypoints_of
 
         if not has_keypoints(self.plan.program.roles):
@@ -84,7 +87,7 @@ class Model:
         return self._result(image, resize, allow_nonfinite)[0].outputs
 
     def _result(self, image: Any, resize: str, allow_nonfinite: bool) -> tuple[Any, Any]:
-        from spc.runtime.runner import Runner
+        from spc.runtime.runner import Runner  # as in run
 
         x, geometry = _frame(image, self.input_shape, resize, allow_nonfinite)
         if self._runner is None:
@@ -106,7 +109,7 @@ class Model:
 def _frame(image: Any, shape: list[int], resize: str, allow_nonfinite: bool) -> tuple[np.ndarray, Any]:
     """The plan input for ``image`` and how it maps back to it (None: used as is): a file goes
     through `spc run`'s own reading (its header checked first; a video gives its first frame)."""
-    from spc.runtime.frames import frames, image_frame, probe
+    from spc.runtime.frames import frames, image_frame, probe  # as in Model.run
     from spc.runtime.inputs import check_values
 
     if isinstance(image, (str, Path)):
@@ -131,8 +134,6 @@ def _frame(image: Any, shape: list[int], resize: str, allow_nonfinite: bool) -> 
 
 def load(path: str | Path, *, target: str | None = None, backend: str = "emu") -> Model:
     """A plan file, validated as `spc run` validates it (``target``: the chip it must be for)."""
-    from spc.plan.io import read_plan
-
     return Model(read_plan(Path(path), target or DEFAULT_TARGET), backend, Path(path))
 
 
@@ -142,11 +143,7 @@ def compile(onnx: str | Path, output: str | Path | None = None, *, precision: st
     """Compile ``onnx`` as `spc compile` does; the plan is written to ``output`` when given (never
     over the ONNX, an existing file only with ``overwrite``), else kept in memory only. ``batch``:
     `--batch` (a batch plan's :meth:`Model.run` takes an array of its whole input shape)."""
-    from spc.compiler import compile_onnx
-    from spc.files import check_outputs
-    from spc.options import CompileOptions
-    from spc.plan.io import read_plan
-    from spc.ttnn.precision import PrecisionPlan
+    from spc.compiler import compile_onnx  # the compiler (~80 ms more): spc.load and Model.run need none of it
 
     src = Path(onnx)
     with tempfile.TemporaryDirectory(prefix="spc-") as tmp:

@@ -345,7 +345,7 @@ def compile_once(src: Path, out: Path | None, options: CompileOptions, watch: Wa
     search_report = None
     auto = options.auto
     if auto is not None:
-        from spc.tuning.precision_search import search  # torch and onnxruntime: only --precision auto needs them
+        from spc.tuning.precision_search import search  # torch + onnxruntime (~1 s): only --precision auto needs them
 
         def choose(plan: PrecisionPlan) -> None:  # a search trial: verified, not recorded
             pm.rerun("choose-precision", g, PassContext(replace(ctx.options, precision=plan)), record=False)

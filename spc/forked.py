@@ -16,6 +16,7 @@ import contextlib
 import mmap
 import os
 import pickle
+import select
 import signal
 import sys
 import threading
@@ -74,7 +75,6 @@ class Forked:
         raised, raised here; :class:`ChildFailed` when the child gives nothing within ``timeout``
         seconds (it is ended). Whatever interrupts the wait (Ctrl-C) ends the child too."""
         assert not self.done, "a forked call's result is taken once"
-        import select
 
         try:
             if timeout is not None:

@@ -9,21 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from msgspec import Struct, field
 
 from spc.ttnn.memory import MemoryOverrides
 from spc.ttnn.precision import PrecisionPlan
 from spc.ttnn.targets import DEFAULT_TARGET
-
-if TYPE_CHECKING:
-    from spc.tuning.thresholds import Thresholds
+from spc.tuning.thresholds import Thresholds
 
 
 def _thresholds() -> Thresholds:
-    from spc.tuning.thresholds import Thresholds  # only --precision auto reads them
-
     return Thresholds()
 
 

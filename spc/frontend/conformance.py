@@ -18,17 +18,25 @@ importer does not take are refused as any model's would be); otherwise it is out
 
 from __future__ import annotations
 
+import re
 import sys
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 from msgspec import Struct
+from onnx import TensorProto, numpy_helper
+from onnx.backend.test.case.node import collect_testcases
 
 from spc.errors import SpcError
-from spc.frontend.onnx_import import MAX_OPSET, MIN_OPSET
+from spc.frontend.onnx_import import MAX_OPSET, MIN_OPSET, import_model
+from spc.ir import ops
+from spc.ir.interpreter import evaluate_graph
+from spc.ir.ops import onnx_modules
 
 # refusals by what the importer says, whatever the case: element types spc does not take
 REFUSED_MESSAGES: dict[str, str] = {
@@ -41,8 +49,6 @@ REFUSED_MESSAGES: dict[str, str] = {
 
 def exceptions() -> dict[str, str]:
     """Case name (or a prefix ending in "*") -> why spc refuses it, from the op modules."""
-    from spc.ir.ops import onnx_modules
-
     out: dict[str, str] = {}
     for module in onnx_modules():
         out.update(module.CONFORMANCE_EXCEPTIONS)
@@ -57,8 +63,6 @@ class CaseResult(Struct):
 
 
 def exception_for(name: str, message: str = "") -> str | None:
-    import re
-
     listed = exceptions()
     if name in listed:
         return listed[name]
@@ -73,12 +77,6 @@ def exception_for(name: str, message: str = "") -> str | None:
 
 def cases() -> Iterator[Any]:
     """Every node case whose model uses only ops spc registers (Constant included)."""
-    import warnings
-
-    from onnx.backend.test.case.node import collect_testcases
-
-    from spc.ir import ops
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the case generators overflow casts on purpose
         found = collect_testcases()
@@ -100,8 +98,6 @@ def _default_opset(model) -> int | None:
 def same_semantics(op_type: str, a: int, b: int) -> bool:
     """Whether ``op_type`` means the same at opsets ``a`` and ``b``: the same schema, or schemas that
     differ only in the element types they allow (ONNX 24-25 added float8/int4 to many ops)."""
-    import onnx
-
     try:
         sa, sb = onnx.defs.get_schema(op_type, a), onnx.defs.get_schema(op_type, b)
     except onnx.defs.SchemaError:
@@ -153,15 +149,10 @@ def _same(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str | 
 
 def case_array(x: Any) -> np.ndarray:
     """Case data as numpy: newer cases store some tensors as TensorProto."""
-    from onnx import TensorProto, numpy_helper
-
     return numpy_helper.to_array(x) if isinstance(x, TensorProto) else np.asarray(x)
 
 
 def run_case(case: Any) -> CaseResult:
-    from spc.frontend.onnx_import import import_model
-    from spc.ir.interpreter import evaluate_graph
-
     ops = tuple(sorted({n.op_type for n in case.model.graph.node}))
     model = restamped(case.model)
     if model is None:

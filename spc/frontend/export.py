@@ -8,11 +8,18 @@ keypoint count stays dynamic (NonZero). Outputs are renamed to stable names so t
 from __future__ import annotations
 
 import contextlib
+import logging
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+from transformers.models.superpoint import modeling_superpoint as hf
+
 from spc.errors import SpcError
 from spc.files import atomic_write
+from spc.frontend.weights import build_model, origin_line, weights_origin
+from spc.version import __version__
 
 OUTPUT_NAMES = ("keypoints", "scores", "descriptors", "mask")
 INPUT_NAME = "pixel_values"
@@ -21,8 +28,6 @@ OPSET = 18
 
 def _tuple_outputs(model):
     """The HF model behind a module that returns its four outputs as a plain tuple."""
-    import torch
-
     class Outputs(torch.nn.Module):
         def __init__(self, inner: torch.nn.Module) -> None:
             super().__init__()
@@ -40,9 +45,6 @@ def _traceable_top_k():
     """HF's top_k_keypoints branches on the keypoint count (``if k >= len(keypoints)``), which
     torch.export cannot trace. The same result without the branch: the top min(k, n) by score,
     or all n in their original order when n <= k."""
-    import torch
-    from transformers.models.superpoint import modeling_superpoint as hf
-
     def top_k_keypoints(keypoints: torch.Tensor, scores: torch.Tensor, k: int):
         n = scores.shape[0]
         kept = torch.sym_min(k, n)
@@ -62,8 +64,6 @@ def _traceable_top_k():
 def export_metadata(origin: dict[str, str], model) -> dict[str, str]:
     """What the ONNX file says about itself (``metadata_props``): where its weights came from
     (frontend/weights.py weights_origin), the post-processing settings, the spc that wrote it."""
-    from spc.version import __version__
-
     config = model.inner.config
     return {**origin, "spc.version": __version__,
             "spc.export.keypoint_threshold": repr(float(config.keypoint_threshold)),
@@ -81,15 +81,9 @@ def export_onnx(output: Path, height: int = 480, width: int = 640, channels: int
         raise SpcError(f"--channels must be 1, 2 or 3, got {channels}")
     if not 1 <= batch <= 64:
         raise SpcError(f"--batch must be between 1 and 64, got {batch}")
-    import logging
-    import warnings
-
-    import torch
 
     # the exporter logs that torchvision is absent; SuperPoint needs none of its ops
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
-
-    from spc.frontend.weights import build_model, origin_line, weights_origin
 
     model = _tuple_outputs(build_model(weights, keypoint_threshold, max_keypoints))
     metadata = export_metadata(weights_origin(weights, model.inner), model)

@@ -34,6 +34,7 @@ _PARTS = ("onnx_ml_pb2", "onnx_cpp2py_export")
 @functools.cache
 def _parts() -> dict[str, ModuleType]:
     if "onnx" in sys.modules:  # onnx's own package is loaded: its modules, not a second copy
+        # here, not at the top: there they would run onnx's __init__ (~45 ms), what this module avoids
         import onnx.onnx_cpp2py_export
         import onnx.onnx_ml_pb2
 
@@ -105,7 +106,7 @@ def cpp() -> Any:
 
 def onnx_version() -> str:
     """The installed onnx's version, for messages (read from its metadata: ~15 ms, errors only)."""
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import PackageNotFoundError, version  # ~10 ms of a compile: error messages only
 
     try:
         return version("onnx")

@@ -7,11 +7,14 @@ alone; both under an address-space limit and a deadline."""
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import math
 import os
+import selectors
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -244,7 +247,7 @@ def _fork_inference(cpp: Any, view: Any, data_prop: bool) -> _ForkedChild:
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:  # room for an inferred model (SuperPoint's: 0.24 MB) while the parent is busy checking
-        import fcntl
+        import fcntl  # POSIX only: at the top it would stop this module importing on other systems
 
         fcntl.fcntl(out_w, fcntl.F_SETPIPE_SZ, 1 << 20)
     except (ImportError, AttributeError, OSError):
@@ -265,8 +268,7 @@ def _fork_inference(cpp: Any, view: Any, data_prop: bool) -> _ForkedChild:
             except Exception:  # protobuf refuses to write more than 2 GiB
                 os._exit(7)
             try:
-                import faulthandler
-                import resource
+                import resource  # POSIX only, as fcntl above
 
                 faulthandler.disable()  # a crash here is reported by the parent, in one line
 
@@ -300,9 +302,6 @@ def _collect(child: _ForkedChild) -> tuple[int, bytes, bytes]:
     INFER_TIMEOUT_S past the call (killed: the time counts from here, not from the fork, so that a
     child that finished while the importer checked is never taken for a slow one). Whatever
     interrupts the wait (Ctrl-C) ends the child too."""
-    import selectors
-    import time
-
     chunks: dict[int, list[bytes]] = {child.out_r: [], child.err_r: []}
     deadline = time.monotonic() + INFER_TIMEOUT_S
     try:

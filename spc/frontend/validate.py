@@ -35,6 +35,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from google.protobuf.message import DecodeError
+
 from spc.errors import SpcError
 from spc.frontend import onnx_proto
 from spc.ir.types import onnx_type_name
@@ -148,8 +150,6 @@ def read_file(path: Path) -> bytes:
 
 def parse_model(data: bytes, path: Path) -> Any:
     """``data``, the bytes of ``path``, as a ModelProto with its external data read in."""
-    from google.protobuf.message import DecodeError
-
     model = onnx_proto.messages().ModelProto()
     try:
         model.ParseFromString(data)

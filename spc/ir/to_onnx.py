@@ -21,16 +21,16 @@ the source model does.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import onnx
+from onnx import AttributeProto, helper, numpy_helper
 
 from spc.ir.graph import Attr, Graph, Node, Value
 from spc.ir.printer import decision_fields, stored_format
 from spc.ir.types import TensorType
-
-if TYPE_CHECKING:
-    import onnx
+from spc.version import __version__
 
 SPC_DOMAIN = "ai.spc"
 SPC_DOMAIN_VERSION = 1
@@ -42,15 +42,11 @@ _MOVABLE = ("axes", "split")
 
 def value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:
     """A typed value: static sizes as ``dim_value``, symbolic ones as ``dim_param``."""
-    from onnx import helper
-
     return helper.make_tensor_value_info(name, t.dtype.onnx, list(t.shape))
 
 
 def attribute(key: str, value: Any, where: str) -> onnx.AttributeProto:
     """An IR or call attribute as ONNX's (ints, floats, strings, lists of one kind, a tensor)."""
-    from onnx import AttributeProto, helper, numpy_helper
-
     if isinstance(value, np.ndarray):
         return helper.make_attribute(key, numpy_helper.from_array(value))
     if isinstance(value, np.generic):
@@ -91,8 +87,6 @@ class _Exporter:
         return name
 
     def node(self, n: Node, notes: Mapping[str, str]) -> onnx.NodeProto:
-        from onnx import helper
-
         inputs = ["" if v is None else v.name for v in n.inputs]
         attrs = dict(n.attrs)
         meta = decision_fields(n)
@@ -114,8 +108,6 @@ class _Exporter:
     def _schema_form(self, n: Node, inputs: list[str],
                      attrs: dict[str, Attr]) -> tuple[list[str], dict[str, Attr], dict[str, Attr]]:
         """The node as the export opset's schema has it: (inputs, attributes, attributes left out)."""
-        import onnx
-
         try:
             schema = onnx.defs.get_schema(n.op.short_name, self.opset, "")
         except onnx.defs.SchemaError:  # a pass made an op this opset lacks: the checker will say so
@@ -148,10 +140,6 @@ def to_onnx(g: Graph, notes: Mapping[str, Mapping[str, str]] | None = None,
     ``stored``: the device format per value name where the lowered program says it (else the
     producer's precision); ``opset``: the default domain's version (else the graph's, else
     DEFAULT_OPSET)."""
-    from onnx import helper, numpy_helper
-
-    from spc.version import __version__
-
     opset = opset or g.opset or DEFAULT_OPSET
     ex = _Exporter(g, opset)
     notes = notes or {}

@@ -13,6 +13,7 @@ each kernel call.
 
 from __future__ import annotations
 
+from spc.kernels import keypoints, nms  # noqa: F401  (they register their kernels)
 from spc.kernels.registry import KERNELS, Kernel
 
 __all__ = ["KERNELS", "Kernel"]

@@ -27,10 +27,3 @@ KERNELS: dict[str, Kernel] = {}
 def register(kernel: Kernel) -> Kernel:
     KERNELS[kernel.name] = kernel
     return kernel
-
-
-def _load() -> None:
-    from spc.kernels import keypoints, nms  # noqa: F401  (they register their kernels)
-
-
-_load()

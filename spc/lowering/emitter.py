@@ -17,6 +17,7 @@ from msgspec import Struct, field
 
 from spc.errors import SpcError
 from spc.ir.graph import Value
+from spc.kernels import KERNELS
 from spc.memory.call_specs import result_in_dram
 from spc.plan.program import DeviceConstant, TtOp
 from spc.ttnn.calls import CALLS
@@ -79,8 +80,6 @@ class Emitter(Struct):
     def kernel(self, name: str, inputs: list[str], outputs: list[str], out_layout: Layout, source: str,
                store: DataFormat | None = None, **params: Any) -> str:
         """A fused kernel call; it records the stock calls it replaces for runtimes without tt-lang."""
-        from spc.kernels import KERNELS
-
         composed = KERNELS[name].composed(inputs, outputs, params)
         return self.emit("spc.kernel", inputs, outputs[0], out_layout, source, store=store, kernel=name,
                          params=params, composed=composed, extra_outputs=outputs[1:])

@@ -52,7 +52,7 @@ def lowers(op_name: str, check: Check | None = None, integers: bool = False,
 
 
 def _load() -> None:
-    # the lowerings register themselves on import
+    # a cycle: the lowering modules import this one to register their lowerings
     from spc.lowering import fused, lower_elementwise, lower_matmul, lower_movement, lower_norm, lower_reduce  # noqa: F401
 
 

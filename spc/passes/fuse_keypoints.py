@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from spc.ir.graph import Graph, Node, Placement, Value
 from spc.ir.ops import get
+from spc.lowering.registry import device_support
 from spc.passes.keypoints.recognise import recognise
 from spc.passes.keypoints.trial import NoMatch, image_row, through_views
 from spc.passes.manager import Pass, PassContext, PassResult
@@ -100,8 +101,6 @@ def _image_slices_to_device(nodes: list[Node]) -> list[Node]:
     """An image's slice of a batched device map (its descriptors), computed on the device, so that
     the image's region reads its own maps; the slices moved (put back if the region is not
     recognised)."""
-    from spc.lowering.registry import device_support
-
     moved = []
     for n in nodes:
         x = n.inputs[0] if n.inputs else None

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from msgspec import Struct, field
 
 from spc.errors import SpcError
+from spc.ir.dot import to_dot
 from spc.ir.graph import Graph
 from spc.ir.verify import VerifyError, verify
 from spc.passes.explain import Attempt, Explainer
@@ -258,8 +259,7 @@ class DumpDir(Instrument):
 
     def _views(self, index: int, name: str, g: Graph, notes: Mapping[str, Mapping[str, str]] | None = None,
                stored: Mapping[str, str] | None = None) -> None:
-        from spc.ir.dot import to_dot
-        from spc.ir.to_onnx import to_onnx
+        from spc.ir.to_onnx import to_onnx  # onnx's package (~40 ms): only --dump-dir writes these views
 
         (self.folder / f"{index:02d}-{name}.dot").write_text(to_dot(g, notes, stored))
         self._save(f"{index:02d}-{name}.onnx", lambda: to_onnx(g, notes, stored, doc=f"spc: the IR after {name}"))
@@ -279,7 +279,7 @@ class DumpDir(Instrument):
         program = result.program
         if program is None:
             return
-        from spc.plan.to_onnx import ir_notes, program_to_onnx
+        from spc.plan.to_onnx import ir_notes, program_to_onnx  # onnx's package, as in _views
 
         notes, stored = ir_notes(program)
         self._views(record.index, record.name, g, notes, stored)

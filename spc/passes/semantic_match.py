@@ -30,9 +30,11 @@ from collections.abc import Callable
 import numpy as np
 from msgspec import Struct, field
 
+from spc.ir import ops
 from spc.ir.graph import Graph, Node, Value
 from spc.ir.interpreter import MissingValue, NodeFailed, run_nodes
 from spc.ir.ops.infer import axes_from, norm_axis
+from spc.ir.ops.onnx_index import _slice_inputs, slice_params
 
 
 class Region(Struct):
@@ -199,8 +201,6 @@ def _mixed_axes(n: Node, rank: int) -> list[int] | None:
 
 def _whole_slices(n: Node, full: tuple[int, ...], small: tuple[int, ...]) -> bool:
     """Whether a Slice takes every axis that differs between ``full`` and ``small`` whole, at both."""
-    from spc.ir.ops.onnx_index import _slice_inputs, slice_params
-
     raw = _slice_inputs(n.inputs, n.attrs)
     if any(isinstance(r, Value) and not r.is_const for r in raw) or raw[0] is None or raw[1] is None:
         return False
@@ -381,8 +381,6 @@ def fuse_region(g: Graph, nodes: list[Node], exit: Value, op_name: str, inputs: 
     (so the value can still be found in the source ONNX by that name). An ``exit`` of another
     static shape than the node's result (the same elements: the recogniser accepted it so) is a
     view of it, an onnx.Reshape that takes the name."""
-    from spc.ir import ops
-
     node = g.make_node(ops.get(op_name), inputs, attrs, name=name, out_names=[exit.name + "_fused"],
                        before=nodes[0])
     source_name = exit.name

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 from msgspec import Struct
+from safetensors import SafetensorError
+from safetensors.numpy import load, save
 
 from spc.errors import SpcError
 from spc.files import atomic_write
@@ -95,8 +97,6 @@ def _json_bytes(obj: Any, compact: bool = False) -> bytes:
 
 
 def _weights_bytes(weights: dict[str, np.ndarray]) -> bytes:
-    from safetensors.numpy import save
-
     # no copy of what is C-ordered already (np.ascontiguousarray would make a 0-d array 1-d)
     arrays = {k: v if v.flags.c_contiguous else np.array(v, order="C") for k, v in sorted(weights.items())}
     return save(arrays, metadata={"format": FORMAT})
@@ -240,8 +240,6 @@ def _weights(data: bytes, path: Path) -> dict[str, np.ndarray]:
     spans.sort()
     if any(a[1] > b[0] for a, b in itertools.pairwise(spans)):
         raise SpcError(f"{where}: tensors overlap; recompile the plan")
-    from safetensors import SafetensorError
-    from safetensors.numpy import load
 
     try:
         return dict(load(data))
@@ -253,6 +251,7 @@ def read_plan(path: Path, target: str | None = None) -> Plan:
     """The plan at ``path``, checked before anything uses it: bounded members, the format
     version, every hash (the manifest's own included), the schema (plan/schema.py) and the
     program's consistency (plan/verify.py)."""
+    # the checks (~20 ms): only reading a plan needs them, not `spc inspect MODEL.onnx` (tools/inspect.py)
     from spc.plan.schema import validate_manifest, validate_program
     from spc.plan.verify import verify_plan
 

@@ -22,6 +22,8 @@ import msgspec
 from msgspec import Meta, Struct
 
 from spc.errors import SpcError
+from spc.ir import ops
+from spc.kernels import KERNELS
 from spc.ttnn.calls import CALLS
 from spc.ttnn.calls.definition import MAX_DIM, MAX_RANK, Format, MemoryConfigKey, PageLayoutName
 from spc.ttnn.targets import TARGETS
@@ -167,8 +169,6 @@ class HostNodeJSON(_Strict):
     attrs: dict[Annotated[str, Meta(max_length=64)], Any] = {}
 
     def __post_init__(self) -> None:
-        from spc.ir import ops
-
         try:
             ops.get(self.op)
         except KeyError:
@@ -230,8 +230,6 @@ class CallJSON(_Strict):
                              "formats")
         _nested(self.args, _args_struct(self.op), ".args")
         if self.op == "spc.kernel":
-            from spc.kernels import KERNELS
-
             if self.args["kernel"] not in KERNELS:
                 raise ValueError(f"args.kernel: no kernel {self.args['kernel']!r} (kernels: "
                                  f"{', '.join(sorted(KERNELS))})")

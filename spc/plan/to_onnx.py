@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
 
 from spc.ir.to_onnx import set_metadata
 from spc.plan.program import Program, TtOp, encode
 from spc.ttnn.formats import DataFormat
 from spc.ttnn.memory import BlockMemory
-
-if TYPE_CHECKING:
-    import onnx
+from spc.version import __version__
 
 TTNN_DOMAIN = "ttnn"
 TTNN_DOMAIN_VERSION = 1
@@ -34,8 +33,6 @@ MIN_IR_VERSION = 10  # metadata_props on nodes
 
 def elem_type(fmt: DataFormat) -> int:
     """The ONNX element type a device format is declared as (block floats: bfloat16)."""
-    from onnx import TensorProto
-
     return {DataFormat.FLOAT32: TensorProto.FLOAT, DataFormat.UINT32: TensorProto.UINT32,
             DataFormat.UINT16: TensorProto.UINT16}.get(fmt, TensorProto.BFLOAT16)
 
@@ -74,8 +71,6 @@ def ir_notes(program: Program) -> tuple[dict[str, dict[str, str]], dict[str, str
 
 
 def _info(name: str, shape: list[int], fmt: DataFormat, meta: Mapping[str, str]) -> onnx.ValueInfoProto:
-    from onnx import helper
-
     vi = helper.make_tensor_value_info(name, elem_type(fmt), [int(d) for d in shape])
     set_metadata(vi, meta)
     return vi
@@ -84,10 +79,6 @@ def _info(name: str, shape: list[int], fmt: DataFormat, meta: Mapping[str, str])
 def program_to_onnx(program: Program, tensors: Mapping[str, np.ndarray]) -> onnx.ModelProto:
     """``program``'s device calls as an ONNX graph; ``tensors``: the plan's tensors (the weights and
     constants the calls read, written as initializers)."""
-    from onnx import helper, numpy_helper
-
-    from spc.version import __version__
-
     def tensor(name: str, what: str) -> np.ndarray:
         if name not in tensors:
             raise ValueError(f"the device program reads {what} {name}, which is not among the plan's tensors")

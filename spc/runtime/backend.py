@@ -70,12 +70,12 @@ def get_backend(name: str, trace: bool = True, target: str | None = None) -> Bac
     ``target``: the chip(s) the plan is for; a device of another kind is refused (emu: only how many chips,
     each emulated in turn)."""
     if name == "emu":
-        from spc.runtime.emu import EmuBackend
+        from spc.runtime.emu import EmuBackend  # torch (~1 s): the ttnn backends need none
 
         chips = TARGETS[target].chips if target in TARGETS else 1
         return EmuBackend() if chips == 1 else EachChip(EmuBackend(), chips)
     if name in ("ttnn", "ttnn-mock"):
-        from spc.runtime.ttnn_backend import TtnnBackend
+        from spc.runtime.ttnn_backend import TtnnBackend  # ~12 ms: the emulator needs none of it
 
         return TtnnBackend(mock=name == "ttnn-mock", trace=trace, target=target)
     raise SpcError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})")

@@ -21,6 +21,7 @@ from typing import TypeVar
 
 import numpy as np
 from msgspec import Struct
+from PIL import Image
 
 from spc.errors import SpcError
 from spc.runtime.inputs import (
@@ -151,7 +152,7 @@ def _image_input(shape: list[int], path: Path) -> tuple[int, int, int]:
 
 def _imageio(path: Path):
     try:
-        import imageio.v3 as iio
+        import imageio.v3 as iio  # an extra (spc[full]), ~25 ms: only videos need it
         import imageio_ffmpeg
     except ModuleNotFoundError:
         raise SpcError(f"{path}: {_VIDEO_EXTRA}") from None
@@ -198,8 +199,6 @@ def probe(path: Path, shape: list[int], allow_nonfinite: bool = False) -> Source
 
 def _grey_rgb(rgb: np.ndarray) -> np.ndarray:
     """A video frame (H, W, 3) uint8 -> grey in [0, 1], as an RGB image file becomes grey."""
-    from PIL import Image
-
     return np.asarray(Image.fromarray(np.ascontiguousarray(rgb[..., :3])).convert("L"), np.float32) / 255.0
 
 

@@ -22,7 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import numpy.lib.format as npy
 from msgspec import Struct, field
+from PIL import Image, ImageFile, UnidentifiedImageError
 
 from spc.errors import SpcError
 from spc.text import one_line
@@ -164,8 +166,6 @@ def grey_image(path: Path, allow_nonfinite: bool = False) -> np.ndarray:
 
 def _open_image(path: Path, allow_nonfinite: bool | None):
     """The grey image, or with ``allow_nonfinite`` None its (width, height) from the header only."""
-    from PIL import Image, ImageFile, UnidentifiedImageError
-
     if _check_file(path) == 0:
         raise SpcError(f"{path}: empty file, not an image")
     Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS  # deliberately: see MAX_IMAGE_PIXELS above
@@ -199,8 +199,6 @@ def _open_image(path: Path, allow_nonfinite: bool | None):
 
 
 def _grey(path: Path, im, allow_nonfinite: bool) -> np.ndarray:
-    from PIL import Image
-
     if im.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
         a = np.asarray(im, dtype=np.float32)  # exact up to 2**24, more than 16 bits need
         top = a.max(initial=0.0)
@@ -225,8 +223,6 @@ check_file, check_values = _check_file, _check_values
 
 
 def resize(a: np.ndarray, h: int, w: int) -> np.ndarray:
-    from PIL import Image
-
     if a.shape == (h, w):
         return a
     return np.asarray(Image.fromarray(a, mode="F").resize((w, h), Image.BILINEAR), dtype=np.float32)
@@ -235,8 +231,6 @@ def resize(a: np.ndarray, h: int, w: int) -> np.ndarray:
 def read_npy(path: Path, shape: list[int]) -> np.ndarray:
     """A .npy of exactly ``shape``, numeric (integer or floating), checked from its header before
     any data is read; no pickles."""
-    import numpy.lib.format as npy
-
     size = _check_file(path)
     try:
         with open(path, "rb") as f:

@@ -90,6 +90,7 @@ class TtnnProgram:
         self.chips = chip.chips if chip is not None else 1  # each runs the program on its own inputs
         mesh = chip.mesh if chip is not None else (1, 1)
         if mock:
+            # the mock's harness (~10 ms, and importlib.metadata's ~15): only --backend ttnn-mock
             from spc.runtime.ttnn_mock.harness import HarnessError, cluster_of, prepare
 
             global _MOCK_CLUSTER
@@ -105,7 +106,7 @@ class TtnnProgram:
             raise SpcError(f"no Tenstorrent device here ({DEVICE_NODES} is absent): use --backend emu (the CPU, "
                            "device numerics) or --backend ttnn-mock (ttnn's checks on a mock p150)")
         try:
-            import ttnn
+            import ttnn  # only in the ttnn environment (~250 ms); after the mock's paths are set
         except ImportError:
             raise SpcError("ttnn is not installed for this Python; run `make mock-env` (Python 3.12)") from None
         self.ttnn = ttnn

@@ -18,7 +18,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from spc.plan.io import read_plan
 from spc.plan.program import Program, TtOp
+from spc.runtime.ttnn_backend import RUNTIME_CALLS
+from spc.runtime.ttnn_mock.harness import prepare
 from spc.ttnn.calls import Call, describe
 
 _PARAM = re.compile(r"[(,]\s*(\w+)\s*:")
@@ -43,9 +46,7 @@ def overloads(fn: Any) -> list[set[str]]:
 def check_runtime_calls() -> list[str]:
     """The runtime's own calls (trace capture, events, queues: RUNTIME_CALLS in
     runtime/ttnn_backend.py), which the mock device cannot run, against the installed ttnn."""
-    import ttnn
-
-    from spc.runtime.ttnn_backend import RUNTIME_CALLS
+    import ttnn  # only in the ttnn environment, and after main() set its runtime root (harness.prepare)
 
     problems = []
     for name, keywords in RUNTIME_CALLS.items():
@@ -69,7 +70,7 @@ def _calls(x: Any) -> list[Call]:
 def check(program: Program) -> list[str]:
     """The keywords of every call the program makes (as ttnn/calls describes it,
     i.e. as the backend and emit-py spell it) against the installed ttnn's signatures."""
-    import ttnn
+    import ttnn  # as in check_runtime_calls
 
     problems: list[str] = []
     seen: set[tuple[str, frozenset[str]]] = set()
@@ -92,9 +93,6 @@ def check(program: Program) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    from spc.plan.io import read_plan
-    from spc.runtime.ttnn_mock.harness import prepare
-
     os.environ.update(prepare())  # importing ttnn needs its runtime root even without a device
     problems = check(read_plan(Path(argv[0])).program) + check_runtime_calls()
     for p in problems:

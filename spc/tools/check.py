@@ -5,9 +5,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 from spc.errors import SpcError
 from spc.plan.io import Plan, images_per_chip
 from spc.runtime.batches import image_shape
+from spc.runtime.extraction import STANDARD
 from spc.runtime.inputs import load_input
 from spc.tuning.comparison import Comparison, ImageReport, find_source
 from spc.tuning.per_layer import PerLayerReport, per_layer
@@ -43,11 +47,6 @@ def _f(x: float, digits: int) -> str:
 
 
 def print_reports(reports: list[ImageReport]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from spc.runtime.extraction import STANDARD
-
     via = {r.keypoints_from for r in reports if r.keypoints_from}
     how = " from the logits by SuperPoint's standard extraction" if via == {STANDARD} else ""
     # a model without keypoints (nor raw heads) gets no keypoint columns, not a row of "-"
@@ -76,9 +75,6 @@ def _e(x: float) -> str:
 
 
 def print_per_layer(r: PerLayerReport) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title=f"{r.input}: device tensors vs onnxruntime, in program order")
     for col in ("call", "tensor", "op", "block", "precision", "PCC", "max abs", "rel err", ""):
         table.add_column(col, justify="right" if col in ("call", "PCC", "max abs", "rel err") else "left")

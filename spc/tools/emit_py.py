@@ -27,6 +27,7 @@ from spc.errors import SpcError
 from spc.plan.io import Plan
 from spc.plan.program import TtOp
 from spc.ttnn.calls import ARCH, DEVICE, Attr, Call, Ref, Weight, describe, spell
+from spc.ttnn.targets import L1_SMALL_BYTES
 from spc.version import __version__
 
 _HEADER = '''#!/usr/bin/env python3
@@ -276,8 +277,6 @@ def _shape(shape: Any) -> list[int]:
 
 
 def emit_py(plan: Plan) -> str:
-    from spc.ttnn.targets import L1_SMALL_BYTES
-
     p = plan.program
     if len(p.device_inputs) != 1:
         raise SpcError("emit-py handles plans with one device input")

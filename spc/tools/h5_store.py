@@ -18,6 +18,7 @@ Each group records the plan that made it (attribute ``spc_plan_sha256``), as the
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 import tempfile
@@ -28,7 +29,7 @@ from types import TracebackType
 import numpy as np
 
 from spc.errors import SpcError
-from spc.files import atomic_write, os_errors
+from spc.files import atomic_write, os_error, os_errors
 
 PLAN_ATTR = "spc_plan_sha256"
 _META = ("__group__", "__uncertainty__", "__plan__")
@@ -37,7 +38,7 @@ _H5_EXTRA = "--format h5 needs h5py: pip install 'spc[full]'"
 
 def h5py_module():
     try:
-        import h5py
+        import h5py  # an extra (spc[full]), ~20 ms: only --format h5 needs it
     except ModuleNotFoundError:
         raise SpcError(_H5_EXTRA) from None
     return h5py
@@ -69,7 +70,7 @@ class H5Store:
             raise
 
     def _lock(self) -> None:
-        import fcntl
+        import fcntl  # POSIX only: at the top it would stop `spc run` (npz) on other systems
 
         lock = _side(self.path, "lock")
         with os_errors(lock):
@@ -104,8 +105,6 @@ class H5Store:
 
     def add(self, name: str, arrays: dict[str, np.ndarray], uncertainty: float) -> None:
         """One frame's group, into the journal (the file gets it at :meth:`merge`)."""
-        import io
-
         with os_errors(self.journal):
             self.journal.mkdir(exist_ok=True)
         buf = io.BytesIO()
@@ -168,8 +167,6 @@ class H5Store:
             finally:
                 os.close(folder)
         except OSError as exc:
-            from spc.files import os_error
-
             raise os_error(self.path, exc) from None
         finally:
             if tmp is not None:

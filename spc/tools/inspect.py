@@ -33,6 +33,7 @@ from spc.records import asdict
 from spc.ttnn.formats import DataFormat
 from spc.ttnn.memory import BufferType
 from spc.ttnn.targets import get_target
+from spc.version import __version__
 
 CONVERSIONS = {"ttnn.to_layout", "ttnn.typecast", "ttnn.to_memory_config"}
 
@@ -157,8 +158,6 @@ def _spec(t: dict[str, Any]) -> str:
 
 def header_lines(report: PlanReport) -> list[str]:
     """The header of ``spc inspect PLAN``: what the plan is, each line plain text."""
-    from spc.version import __version__
-
     this = "" if report.spc_version == __version__ else f" (this is spc {__version__})"
     lines = [f"plan: {clean(report.plan_file or '?')}, plan format {report.format_version}, "
              f"written by spc {clean(report.spc_version, 64)}{this}",
@@ -193,7 +192,7 @@ def header_lines(report: PlanReport) -> list[str]:
 def _console(*renderables: Any) -> Any:
     """A console as wide as the terminal; written to a file or pipe (and no COLUMNS set), as wide
     as the widest of ``renderables`` needs, so that every row stays on one line."""
-    from rich.console import Console
+    from rich.console import Console  # rich (~20 ms): only the printed table needs it, not --json or spc report
     from rich.measure import Measurement
 
     console = Console(highlight=False)
@@ -205,7 +204,7 @@ def _console(*renderables: Any) -> Any:
 
 
 def print_report(report: PlanReport) -> None:
-    from rich.table import Table
+    from rich.table import Table  # rich: as in _console
     from rich.text import Text
 
     table = Table(title=Text(f"device program: {len(report.calls)} ttnn calls, target {report.target}, "

@@ -21,6 +21,8 @@ from typing import Any
 from msgspec import Struct, field
 
 from spc.files import file_sha256
+from spc.frontend import validate
+from spc.frontend.onnx_import import load_onnx
 from spc.records import asdict
 from spc.text import byte_size
 from spc.tools.inspect import clean
@@ -101,9 +103,6 @@ def _tensor_bytes(t: Any) -> int:
 def model_report(path: Path) -> ModelReport:
     """Read ``path`` through the importer's validation (one SpcError line if it is not a model
     spc can read) and summarise it."""
-    from spc.frontend import validate
-    from spc.frontend.onnx_import import load_onnx
-
     model = load_onnx(path)
     validate.check_strings(model, path)
     g = model.graph

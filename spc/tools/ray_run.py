@@ -42,7 +42,9 @@ from spc.runtime.batches import fill, groups, image_of, image_shape
 from spc.runtime.extraction import has_keypoints
 from spc.runtime.frames import Frame, Geometry, Source, image_frame
 from spc.runtime.inputs import IMAGE_SUFFIXES, grey_image, image_size, walk_tree
-from spc.tools.run import done_for, failure_reason
+from spc.runtime.runner import Runner
+from spc.tools.run import _progress, done_for, failure_reason, in_original, keypoints_of, npz_arrays, npz_bytes
+from spc.ttnn.targets import DEFAULT_TARGET
 
 CHUNK = 16  # paths per read task
 # the CPUs an actor and a read task claim: a core holds one of each, so one actor per core (emu)
@@ -174,8 +176,6 @@ class Device:
     def runner(self):
         """The device, opened at the first image to run (a resumed run of done images opens none)."""
         if self._runner is None:
-            from spc.runtime.runner import Runner
-
             self._runner = Runner(self.plan, self.backend)
         return self._runner
 
@@ -215,8 +215,6 @@ class Device:
 
     def _write(self, result, frame: Frame, npz: Path) -> int:
         """The image's .npz, as `spc run` writes it plus the plan's hash; its keypoint count (-1: none)."""
-        from spc.tools.run import in_original, keypoints_of, npz_arrays, npz_bytes
-
         assert frame.geometry is not None
         found = keypoints_of(result, self.roles, self.shape[-2], self.shape[-1]) if self.has_keypoints else None
         kept = in_original(found, frame.geometry) if found is not None else None
@@ -261,7 +259,7 @@ def _ray(local: bool):
     if local:
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray's single-host mode: loopback only
     try:
-        import ray
+        import ray  # an extra (spc[ray]), ~0.7 s: only --ray, and after the environment above
         import ray.data
     except ModuleNotFoundError:
         raise SpcError(_RAY_EXTRA) from None
@@ -316,9 +314,6 @@ def run_ray(plan_path: Path, spec: str, output: Path | None, address: str | None
             task_cpus: float = TASK_CPUS, target: str | None = None, redo: bool = False,
             on_result: Callable[[dict], None] | None = None) -> RaySummary:
     """Run the plan on every image of the dataset ``spec`` on Ray (see the module's docstring)."""
-    from spc.tools.run import _progress
-    from spc.ttnn.targets import DEFAULT_TARGET
-
     _ray(local=_loopback(address))  # Ray installed, before anything is listed or written
     plan = read_plan(plan_path, target or DEFAULT_TARGET)  # a plan for another target refused, as `spc run`
     spec_shape = [int(d) for d in plan.program.inputs[0].shape]

@@ -26,12 +26,18 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 from msgspec import Struct, field
 
 from spc.errors import SpcError
+from spc.files import atomic_write
+from spc.passes.pipeline import default_pipeline
 from spc.plan.io import Plan
 from spc.tools.inspect import CallRow, PlanReport, clean, header_lines, plan_report
+from spc.version import __version__
 
 MIN_PCC = 0.99  # the per-layer floor when no comparison says its own (tuning/per_layer.py's default)
 
@@ -68,8 +74,6 @@ class ReportData(Struct):
 def pass_rows(manifest: dict[str, Any]) -> list[PassRow]:
     """The pipeline as the plan records it, each pass with its one-line summary (when this spc
     knows the name) and what the manifest says it recognised."""
-    from spc.passes.pipeline import default_pipeline
-
     known = {p.name: p.summary for p in default_pipeline()}
     known["choose-memory-config"] = "per conv and pool block: L1 or DRAM slices (memory/planner.py)"
     found: dict[str, str] = {}
@@ -88,7 +92,7 @@ def _strings(value: Any) -> list[str]:
 def _first_frame(plan: Plan, path: Path, allow_nonfinite: bool) -> Any:
     """The input as `spc run` frames it (its original kept for the overlay); a video's first frame;
     for a plan of B images, framed as one of them."""
-    from spc.runtime.batches import image_shape
+    from spc.runtime.batches import image_shape  # as in run_input: only a report with INPUT
     from spc.runtime.frames import frames, probe
 
     shape = [int(d) for d in plan.program.inputs[0].shape]
@@ -106,7 +110,7 @@ def compare_layers(plan: Plan, plan_path: Path, x: np.ndarray, onnx: Path, name:
     """`spc check --per-layer`'s comparison on ``x``, as its JSON; a plan it cannot compare
     (compiled before plans recorded their tensors' model values) leaves the section a note, as
     the rest of the page does not depend on it."""
-    from spc.tuning.per_layer import per_layer
+    from spc.tuning.per_layer import per_layer  # onnx + onnxruntime (~60 ms): only a report with INPUT compares
 
     try:
         return per_layer(plan, plan_path, x, onnx, name=name, min_pcc=min_pcc).as_dict(), ""
@@ -118,7 +122,9 @@ def run_input(plan: Plan, plan_path: Path, path: Path, onnx: Path | None, allow_
               min_pcc: float | None = None) -> InputResult:
     """Run the plan on ``path`` (emu) for its keypoints and overlay, and compare it layer by layer
     with onnxruntime on the source ONNX."""
+    # running the plan (~35 ms: the runtime, rich, PIL) and onnxruntime: only a report with INPUT
     from spc.runtime.batches import fill, image_of
+    from spc.runtime.extraction import STANDARD, frame_keypoints, has_keypoints
     from spc.runtime.runner import Runner
     from spc.tools.run import in_original, overlay_png
     from spc.tuning.comparison import find_source
@@ -129,7 +135,6 @@ def run_input(plan: Plan, plan_path: Path, path: Path, onnx: Path | None, allow_
     x = fill([frame.x], batch) if batch > 1 else frame.x  # a batch plan: B copies; the page shows the first
     out = InputResult(str(path.name) + ("" if frame.index is None else f" (frame {frame.index})"))
     roles = plan.program.roles
-    from spc.runtime.extraction import STANDARD, frame_keypoints, has_keypoints
 
     if has_keypoints(roles) and frame.original is not None:
         shape = [int(d) for d in plan.program.inputs[0].shape]
@@ -175,9 +180,6 @@ def _figure(height: float, salt: str) -> Iterator[tuple[Any, Any]]:
     """A figure 12 inches wide and one axes, drawn under the charts' style; ``salt`` seeds its
     SVG ids (one per chart, so that two charts' ids never meet in the page). A bare Figure, not
     pyplot: no backend is chosen and no global figure is kept."""
-    import matplotlib
-    from matplotlib.figure import Figure
-
     with matplotlib.rc_context({**_STYLE, "svg.hashsalt": salt,
                                 "axes.prop_cycle": matplotlib.cycler(color=_COLORS)}):
         fig = Figure(figsize=(12, height))
@@ -281,8 +283,6 @@ def pcc_chart(rows: list[dict[str, Any]], min_pcc: float) -> str:
     """Per tensor in program order: 1 - PCC against onnxruntime on a log scale (agreement to
     0.9999 and to 0.99 are then as far apart as they matter), the floor as a line. A tensor
     without a PCC (a constant one) is a gap, not a point."""
-    from matplotlib.ticker import MaxNLocator
-
     with _figure(3.2, "spc-report-pcc") as (fig, ax):
         pcc = np.array([_num(r.get("pcc")) for r in rows])
         err = np.clip(1.0 - pcc, 1e-7, 2.0)  # NaN stays NaN: a gap
@@ -532,8 +532,6 @@ $per_layer
 
 
 def render(data: ReportData) -> str:
-    from spc.version import __version__
-
     r = data.plan
     return _PAGE.substitute(
         version=html.escape(__version__), title=e(r.plan_file or "plan", 120),
@@ -548,8 +546,6 @@ def render(data: ReportData) -> str:
 def write_report(plan: Plan, plan_path: Path, output: Path, input_path: Path | None = None,
                  onnx: Path | None = None, allow_nonfinite: bool = False, min_pcc: float | None = None) -> ReportData:
     """Gather, render and write the page whole (or not at all)."""
-    from spc.files import atomic_write
-
     data = gather(plan, plan_path, input_path, onnx, allow_nonfinite, min_pcc)
     atomic_write(output, render(data).encode("utf-8"))
     return data

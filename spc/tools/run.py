@@ -19,6 +19,18 @@ from pathlib import Path
 
 import numpy as np
 from msgspec import Struct
+from PIL import Image, ImageDraw
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
 
 from spc import console
 from spc.errors import SpcError
@@ -119,8 +131,6 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
 def overlay_png(grey: np.ndarray, keypoints: np.ndarray, scores: np.ndarray, scale: float = 1.0) -> bytes:
     """Keypoints (pixel x, y) as circles whose radius grows with the score (and with ``scale``, the
     image's size over the frame's), on the grey image."""
-    from PIL import Image, ImageDraw
-
     im = Image.fromarray((np.clip(grey, 0, 1) * 255).astype(np.uint8), mode="L").convert("RGB")
     draw = ImageDraw.Draw(im)
     top = float(scores.max()) if len(scores) else 1.0
@@ -208,18 +218,6 @@ def _aspect_note(sources: list[Source], height: int, width: int, mode: str) -> s
 
 
 def _progress(total: int):
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        ProgressColumn,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-    from rich.text import Text
-
     class Rate(ProgressColumn):
         def render(self, task) -> Text:
             return Text(f"{task.speed:.1f} frames/s" if task.speed else "- frames/s")

@@ -34,6 +34,7 @@ A TOML file (``--precision-config``) overrides blocks by glob, in order::
 from __future__ import annotations
 
 import fnmatch
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -182,8 +183,6 @@ def _spelled(value: Any) -> Any:
 
 def load_precision_config(path: Path, preset: str | None = None) -> PrecisionPlan:
     """Read a TOML precision file; ``preset`` (from the command line) wins over the file's."""
-    import tomllib
-
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 from msgspec import Struct, field
 
 from spc.errors import SpcError
@@ -29,7 +31,8 @@ from spc.plan.io import Plan
 from spc.records import asdict
 from spc.runtime.backend import PreparedProgram
 from spc.runtime.batches import fill, groups, image_of
-from spc.runtime.runner import RunResult
+from spc.runtime.extraction import frame_keypoints, score_map_from_logits
+from spc.runtime.runner import Runner, RunResult
 from spc.tuning.metrics import keypoint_agreement, pcc
 
 NAN = float("nan")
@@ -84,9 +87,6 @@ def find_source(plan: Plan, plan_path: Path, onnx: Path | None) -> Path:
 
 class OrtReference:
     def __init__(self, path: Path, extra: list[str]) -> None:
-        import onnx
-        import onnxruntime as ort
-
         model = load_onnx(path)
         have = {o for n in model.graph.node for o in n.output}
         outputs = {o.name for o in model.graph.output}
@@ -107,8 +107,6 @@ class OrtReference:
 
 def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[str, str],
             roles: dict[str, dict], width: int, height: int) -> ImageReport:
-    from spc.runtime.extraction import frame_keypoints, score_map_from_logits
-
     # a batch plan's maps of one image's copy are no image's rows (runtime/batches.py leaves them out)
     def dense(role: str) -> float:
         a, b = ours.dense.get(role), ref.get(maps.get(role, ""))
@@ -189,8 +187,6 @@ class Comparison:
              device: Callable[[PreparedProgram], PreparedProgram] | None = None) -> Iterator[tuple[int, ImageReport]]:
         """(input index, report), one input at a time in ``order`` (default: all, in turn), so that
         a caller may stop early; ``device`` wraps the backend's prepared program (tuning/reuse.py)."""
-        from spc.runtime.runner import Runner
-
         shape = [int(d) for d in plan.program.inputs[0].shape]
         h, w = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
         with Runner(plan, backend) as runner:

@@ -27,14 +27,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 from msgspec import Struct, field
 
 from spc.errors import SpcError
 from spc.frontend.onnx_import import load_onnx
+from spc.ir.parser import ParseError, parse_graph
+from spc.ir.printer import MATRIX_OPS
 from spc.ir.types import DType
 from spc.plan.io import Plan
 from spc.plan.program import DeviceTensor, Program, TtOp
 from spc.records import asdict
+from spc.runtime.host import run_host
 from spc.tuning.comparison import find_source
 
 if TYPE_CHECKING:
@@ -142,9 +147,6 @@ class _Reference:
     values of those names; what it has none of is in ``missing``."""
 
     def __init__(self, path: Path, names: list[str]) -> None:
-        import onnx
-        import onnxruntime as ort
-
         model = load_onnx(path)
         inits = {i.name for i in model.graph.initializer}
         self.inputs = [i.name for i in model.graph.input if i.name not in inits]
@@ -178,9 +180,6 @@ class _Reference:
 
 def _ir_nodes(plan: Plan) -> dict[str, tuple[str, str, str]]:
     """IR value name -> (op, block, precision as the IR spells it), from the plan's final IR."""
-    from spc.ir.parser import ParseError, parse_graph
-    from spc.ir.printer import MATRIX_OPS
-
     class Unread(dict):
         # the IR names the weights it had when the plan was written; folded ones (BatchNorm into a
         # conv) are not in the plan, and only the nodes' ops and blocks are read here
@@ -204,8 +203,7 @@ def per_layer(plan: Plan, plan_path: Path, x: np.ndarray, onnx: Path | None, nam
     """Compare every device tensor of ``plan`` that holds an ONNX value with onnxruntime's value,
     on the model input ``x`` (the plan's input shape); ``onnx``: the source, else found next to
     the plan (tuning/comparison.py find_source)."""
-    from spc.runtime.emu import EmuProgram
-    from spc.runtime.host import run_host
+    from spc.runtime.emu import EmuProgram  # torch (~0.9 s): spc check on ttnn imports this module, runs no emulator
 
     p = plan.program
     if not p.values:
@@ -287,7 +285,7 @@ def _local_errors(emu: EmuProgram, p: Program, got: dict[str, np.ndarray],
     relative error of its logits, a max-pool NMS turns small differences into flips; so the block
     that adds the most error is found by this, not by the growth. A block whose calls refuse
     those inputs (a value only the device's own arithmetic makes valid) gets NaN."""
-    import torch
+    import torch  # as in per_layer: not for spc check on a ttnn backend
 
     made_in = {r: _block(op) for op in p.device_ops for r in op.results}
     last = {_block(c.op): i for i, c in enumerate(emu.calls)}

@@ -45,7 +45,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from msgspec import Struct, field
@@ -53,15 +53,18 @@ from msgspec.structs import replace
 
 from spc.errors import SpcError
 from spc.ir.graph import Graph
+from spc.lowering.lower import find_probes
 from spc.memory.residency import CallRecord, predicted_ms
+from spc.plan.io import Plan
 from spc.plan.program import Program
 from spc.records import asdict
+from spc.runtime.emu import PreparedOnce
+from spc.runtime.inputs import expand_paths, load_input
 from spc.ttnn.formats import DataFormat, MathFidelity
 from spc.ttnn.precision import BlockPrecision, PrecisionPlan
+from spc.tuning.comparison import Comparison
+from spc.tuning.reuse import ProgramKeys, ReusingDevice
 from spc.tuning.thresholds import Thresholds
-
-if TYPE_CHECKING:
-    from spc.tuning.reuse import ProgramKeys
 
 CALIBRATION_DIR = Path(__file__).parent / "calibration"
 # cheaper-than-accurate settings of a convolution block, cheapest first
@@ -182,10 +185,6 @@ class Evaluator:
 
     def __init__(self, g: Graph, src: Path, inputs: list[np.ndarray], choose: Callable[[PrecisionPlan], None],
                  lower_and_plan: LowerAndPlan) -> None:
-        from spc.lowering.lower import find_probes
-        from spc.runtime.emu import PreparedOnce
-        from spc.tuning.comparison import Comparison
-
         self.g = g
         # applies a plan to the graph: the compiler re-runs choose-precision through its pass manager
         self.choose = choose
@@ -210,9 +209,6 @@ class Evaluator:
 
     def __call__(self, plan: PrecisionPlan, hopeless: Hopeless | None = None,
                  cheaper_than: float | None = None) -> Score:
-        from spc.plan.io import Plan
-        from spc.tuning.reuse import ProgramKeys, ReusingDevice
-
         self.stats["trials"] += 1
         t0 = time.perf_counter()
         self.choose(plan)
@@ -262,8 +258,6 @@ class Evaluator:
 
 
 def calibration_inputs(folder: Path | None, shape: list[int]) -> list[np.ndarray]:
-    from spc.runtime.inputs import expand_paths, load_input
-
     files = expand_paths([folder or CALIBRATION_DIR])
     if not files:
         raise SpcError(f"{folder}: no calibration inputs")

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
+from spc.errors import SpcError
+from spc.plan.io import read_plan
+from spc.runtime.ttnn_backend import TtnnProgram
+
 
 def main(paths: list[str]) -> int:
-    from spc.errors import SpcError
-    from spc.plan.io import read_plan
-    from spc.runtime.ttnn_backend import TtnnProgram
-
     failed = 0
     for path in paths:
         name = Path(path).stem

@@ -23,6 +23,8 @@ checked, and a broken one stops with a message saying which: this must never ski
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import importlib.util
 import json
 import os
 import shlex
@@ -77,9 +79,6 @@ def env(home: Path, cluster: str = "p150") -> dict[str, str]:
 
 
 def _package_dir() -> Path:
-    import importlib.metadata
-    import importlib.util
-
     spec = importlib.util.find_spec("ttnn")
     if spec is None or spec.origin is None:
         raise HarnessError("ttnn is not installed in this interpreter; run `make mock-env`")
