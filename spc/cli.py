@@ -152,9 +152,9 @@ def export(output: Path, height: int, width: int, channels: int, batch: int, wei
            threshold: float | None, max_keypoints: int | None, overwrite: bool, as_json: bool) -> None:
     """Export Hugging Face SuperPoint (post-processing included) to ONNX."""
     from spc.files import check_outputs
-    from spc.frontend.export import export_onnx
 
     check_outputs([output], _files_of([Path(weights)] if weights else []), overwrite)
+    from spc.frontend.export import export_onnx  # torch + transformers (~1.5 s): after the output is known to be free
 
     export_onnx(output, height, width, channels, weights, threshold, max_keypoints,
                 log=(lambda line: None) if as_json else console.info, batch=batch)
