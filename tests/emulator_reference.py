@@ -17,11 +17,12 @@ import torch.nn.functional as F
 
 from spc.emulator.device import EMULATIONS, conv2d_with, topk_by_sort
 from spc.emulator.numerics import (
-    EXACT_SUM_BELOW,
+    SHORT_SUM,
     bf16_destination_block,
     operand_phases,
     round_block_float,
     round_storage,
+    taps_matmul,
 )
 from spc.plan.program import Program
 from spc.runtime.emu import Emulations, EmuProgram
@@ -71,11 +72,11 @@ def _one_block_reference(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, in
     same = (left, top) == (right, bottom)
     src = x if same else F.pad(x, (left, right, top, bottom)).contiguous(memory_format=torch.channels_last)
     pad = (top, left) if same else (0, 0)
-    exact = w.shape[1] * w.shape[2] * w.shape[3] < EXACT_SUM_BELOW  # few products: summed exactly, rounded once
-    terms = [F.conv2d(xb.double() if exact else xb, wa.double() if exact else wa, stride=stride, padding=pad,
-                      dilation=dilation, groups=groups) for wa, xb in operand_phases(w, src, fidelity)]
-    total = terms[0] if len(terms) == 1 else terms[0] + terms[1]
-    return total.float()
+    short = groups == 1 and w.shape[1] * w.shape[2] * w.shape[3] < SHORT_SUM  # the model's sum order: one matmul
+    terms = [taps_matmul(xb, wa, stride, pad, dilation) if short else
+             F.conv2d(xb, wa, stride=stride, padding=pad, dilation=dilation, groups=groups)
+             for wa, xb in operand_phases(w, src, fidelity)]
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
 
 
 def _row_blocks_reference(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int],

@@ -125,7 +125,7 @@ def truncate_mantissa(x: torch.Tensor, keep: int) -> torch.Tensor:
 
 
 A_HI_BITS, B_HI_BITS = 4, 6
-EXACT_SUM_BELOW = 32  # a conv summing fewer products per output is summed in float64 (_one_block)
+SHORT_SUM = 32  # a conv summing fewer products per output is one matmul over its taps (taps_matmul)
 A_READ_BITS = A_HI_BITS + 5  # SrcA's mantissa bits the multiplier reads over its hi and lo phases
 
 
@@ -264,6 +264,19 @@ def _zero_bordered(shape: torch.Size, padding: tuple[int, int, int, int], channe
     return out, out[:, top:top + h, left:left + w]
 
 
+def taps_matmul(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], padding: tuple[int, int],
+                dilation: tuple[int, int]) -> torch.Tensor:
+    """A conv with few products per output (the image's first) as one fp32 matmul of its taps,
+    [pixels, K] x [K, O]: each pixel's sum in the same order whatever the batch (torch's conv
+    algorithms choose their order by shape), and faster than a conv over one or three channels."""
+    n, o = x.shape[0], w.shape[0]
+    cols = F.unfold(x, w.shape[2:], dilation=dilation, padding=padding, stride=stride)  # [N, K, L]
+    oh = (x.shape[2] + 2 * padding[0] - dilation[0] * (w.shape[2] - 1) - 1) // stride[0] + 1
+    ow = cols.shape[2] // oh
+    y = cols.transpose(1, 2).reshape(-1, cols.shape[1]) @ w.reshape(o, -1).t()  # [N*L, O]
+    return y.reshape(n, oh, ow, o).permute(0, 3, 1, 2)
+
+
 def _one_block(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], padding: tuple[int, int, int, int],
                dilation: tuple[int, int], groups: int, fidelity: MathFidelity,
                x_hi: torch.Tensor | None = None) -> torch.Tensor:
@@ -274,13 +287,9 @@ def _one_block(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], paddin
     src = x if same else _padded(x, padding)
     pad = (top, left) if same else (0, 0)
     pairs = operand_phases(w, src, fidelity, b_hi=x_hi if same else None)
-    if w.shape[1] * w.shape[2] * w.shape[3] < EXACT_SUM_BELOW:
-        # few products (the image's first conv): summed exactly, rounded once, so the result does not
-        # depend on the batch or the conv algorithm torch picks for it (fp32 weights' products need
-        # up to 20 bits: fp32 sums of them round in torch's order)
-        total = sum(F.conv2d(xb.double(), wa.double(), stride=stride, padding=pad, dilation=dilation, groups=groups)
-                    for wa, xb in pairs)
-        return total.float()  # type: ignore[union-attr]
+    if groups == 1 and w.shape[1] * w.shape[2] * w.shape[3] < SHORT_SUM:
+        terms = [taps_matmul(xb, wa, stride, pad, dilation) for wa, xb in pairs]
+        return terms[0] if len(terms) == 1 else terms[0].add_(terms[1])
     terms = [F.conv2d(xb, wa, stride=stride, padding=pad, dilation=dilation, groups=groups) for wa, xb in pairs]
     return terms[0] if len(terms) == 1 else terms[0].add_(terms[1])
 
