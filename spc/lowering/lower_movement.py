@@ -15,6 +15,7 @@ import numpy as np
 
 from spc.ir.graph import Node
 from spc.ir.ops.infer import norm_axis
+from spc.ir.ops.onnx_index import slice_params
 from spc.lowering.emitter import Emitter
 from spc.lowering.operands import Ins, elementwise_check, live_inputs, plain_of, scalar_of, shape_of, tensor_operand
 from spc.lowering.registry import lowers
@@ -63,8 +64,6 @@ def _transpose(em: Emitter, n: Node, ins: Ins) -> str:
 
 def _slice_bounds(n: Node) -> tuple[list[int], list[int], list[int]] | None:
     """Per-axis start, end, step of a Slice with constant parameters (None if not constant)."""
-    from spc.ir.ops.onnx_index import slice_params
-
     x = n.inputs[0]
     assert x is not None
     params = []
