@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from spc.ir import ops
 from spc.ir.interpreter import evaluate_graph
+from spc.ir.printer import print_graph
 from spc.passes.fold_qdq import FoldQdq
 from spc.passes.fuse_conv_bias_relu import FuseConvBiasRelu
 from spc.passes.manager import PassContext
@@ -64,6 +67,20 @@ def test_pairs_and_integer_conv() -> None:
     before = evaluate_graph(g, {"x": X})[0]
     stats = FoldQdq().run(g, PassContext()).stats
     assert stats == {"qdq-pair": 2, "qdq-conv": 1}  # the conv rule dequantizes the weights and the bias
+    # the integer conv, its scale per channel and the bias as the docstring draws them (the
+    # constants' values are the module RNG's, which the tests before this one draw from)
+    got = re.sub(r"dense<\[[^\]]*\]>", "dense<...>", print_graph(g))
+    assert got.strip() == """graph @t(%x: f32[1,2,6,7]) {
+  %wq_int: f32[4,2,3,3] = const @"wq_int"
+  %conv_scale: f32[1,4,1,1] = const dense<...>
+  %b_f: f32[1,4,1,1] = const dense<...>
+  %dq/steps: f32[1,2,6,7] = spc.FakeQuant(%x) {hi = 255.0, lo = 0.0, scale = 0.003921568859368563, unit = 1.0} #dq/steps
+  %conv/integers: f32[1,4,6,7] = onnx.Conv(%dq/steps, %wq_int) {pads = [1, 1, 1, 1]} #conv/integers
+  %conv/scaled: f32[1,4,6,7] = onnx.Mul(%conv/integers, %conv_scale) #conv/scaled
+  %c: f32[1,4,6,7] = onnx.Add(%conv/scaled, %b_f) #conv
+  %y: f32[1,4,6,7] = spc.FakeQuant(%c) {hi = 127.0, lo = -128.0, scale = 0.019999999552965164, unit = 0.019999999552965164} #dqy
+  return %y
+}"""
     assert FuseConvBiasRelu().run(g, PassContext()).stats == {"conv-scale": 1, "conv-bias": 1}
     assert [n.op.name for n in g.nodes] == ["spc.FakeQuant", "spc.Conv2d", "spc.FakeQuant"]
     k, conv, _ = g.nodes

@@ -8,6 +8,7 @@ import pytest
 from spc.ir.interpreter import evaluate_graph
 from spc.passes.fuse_l2norm import FuseL2Norm
 from spc.passes.manager import PassContext
+from tests.conftest import assert_ir
 from tests.passes.builder import Builder
 
 SHAPE = (1, 16, 3, 5)
@@ -42,6 +43,15 @@ def test_fuses(make, eps: float) -> None:
     assert node.op.name == "spc.L2Norm" and node.attrs["axis"] == 1
     assert node.attrs["eps"] == pytest.approx(eps, rel=1e-6)
     np.testing.assert_allclose(evaluate_graph(b.g, {"x": x})[0], before, rtol=1e-5, atol=1e-6)
+
+
+def test_the_fused_ir() -> None:
+    b = reduce_l2()
+    FuseL2Norm().run(b.g, PassContext())
+    assert_ir(b.g, """graph @t(%x: f32[1,16,3,5]) {
+  %div: f32[1,16,3,5] = spc.L2Norm(%x) {axis = 1, eps = 9.999999960041972e-13} #l2norm
+  return %div
+}""")
 
 
 def test_norm_without_eps_fuses_with_eps_zero() -> None:

@@ -8,6 +8,7 @@ import pytest
 from spc.ir.interpreter import evaluate_graph
 from spc.passes.fuse_score_fold import FuseScoreFold
 from spc.passes.manager import PassContext
+from tests.conftest import assert_ir
 from tests.passes.builder import Builder
 
 H, W = 3, 4
@@ -46,6 +47,16 @@ def test_fuses_spellings(make) -> None:
     assert node.attrs == {"cell": 8, "out_shape": [1, H * 8, W * 8]}
     assert b.g.outputs[0].name == name  # the source's name survives, for `spc check`
     np.testing.assert_allclose(evaluate_graph(b.g, {"x": x})[0], before, rtol=1e-6, atol=1e-7)
+
+
+def test_the_fused_ir() -> None:
+    """HF's softmax, dustbin drop, transpose and reshape: one op named after the fold's exit."""
+    b = hf_fold()
+    FuseScoreFold().run(b.g, PassContext())
+    assert_ir(b.g, """graph @t(%x: f32[1,65,3,4]) {
+  %reshape_1: f32[1,24,32] = spc.ScoreFold(%x) {cell = 8, out_shape = [1, 24, 32]} #score_fold
+  return %reshape_1
+}""")
 
 
 @pytest.mark.parametrize("make", [lambda: hf_fold(perm=(0, 1, 2, 3, 4)), lambda: hf_fold(keep=slice(1, 65))],

@@ -10,6 +10,7 @@ from spc.ir.interpreter import evaluate_graph
 from spc.ir.ops.spc_ops import nms
 from spc.passes.insert_device_nms import InsertDeviceNms
 from spc.passes.manager import PassContext, PipelineOptions
+from tests.conftest import assert_ir
 from tests.passes.builder import Builder
 
 SHAPE = (1, 20, 24)
@@ -80,6 +81,15 @@ def test_replaces_nms_with_one_op(make, rounds: int) -> None:
     after = evaluate_graph(b.g, {"x": x})[0]
     assert np.array_equal(after, before)
     assert np.array_equal(after, nms(x, R, rounds))
+
+
+def test_the_fused_ir() -> None:
+    b = hf_nms()
+    InsertDeviceNms().run(b.g, PassContext())
+    assert_ir(b.g, """graph @t(%x: f32[1,20,24]) {
+  %where_2: f32[1,20,24] = spc.Nms(%x) {iterations = 2, radius = 2} #nms
+  return %where_2
+}""")
 
 
 def test_single_pass_option_changes_rounds_and_says_so() -> None:
