@@ -22,6 +22,7 @@ import click
 from spc import console
 from spc.errors import SpcError
 from spc.records import asdict
+from spc.text import one_line
 from spc.ttnn.targets import DEFAULT_TARGET, TARGETS
 from spc.tuning.thresholds import Thresholds
 
@@ -760,10 +761,21 @@ def entry() -> None:
     :data:`_FAST_EXIT`, the process ends without the interpreter's teardown (its files are
     written: files.atomic_write syncs them; stdout and stderr are flushed here)."""
     try:
-        main.main(prog_name="spc")
-        code: Any = 0
+        code: Any = main.main(prog_name="spc", standalone_mode=False)
+        code = code if isinstance(code, int) else 0
     except SystemExit as exc:
         code = exc.code
+    except click.exceptions.NoArgsIsHelpError as exc:  # `spc` alone: its help, as `spc --help`
+        click.echo(exc.format_message())
+        code = 0
+    except click.ClickException as exc:  # bad usage (an unknown option, a missing argument): one line, exit 1
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        sys.stderr.write(f"spc: error: {one_line(exc.format_message())}{hint}\n")
+        code = 1
+    except click.Abort:  # ctrl-c at a prompt
+        sys.stderr.write("spc: error: interrupted\n")
+        code = 1
     if not (_ran and _ran[-1] in _FAST_EXIT and (code is None or isinstance(code, int))):
         sys.exit(code)
     for stream in (sys.stdout, sys.stderr):

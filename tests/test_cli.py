@@ -362,3 +362,18 @@ def test_json_quiet_and_verbose(small_onnx: Path, small_plan: Path, images: dict
     assert json.loads(out)["backend"] == "emu" and json.loads(out)["phases_ms"]["wall"] > 0
     code, out, err = spc("emit-py", small_plan, "-o", tmp_path / "p.py", "--json")
     assert code == 0 and json.loads(out) == {"output": str(tmp_path / "p.py")}, err
+
+
+@pytest.mark.parametrize(("args", "contains"), [
+    (["run"], "Missing argument 'PLAN'. (see `spc run --help`)"),
+    (["bogus"], "No such command 'bogus'"),
+    (["compile", "--force", "x.onnx"], "No such option '--force'. (see `spc compile --help`)"),
+    (["compile", "--precision", "bogus", "x.onnx"], "Invalid value for '--precision'"),
+])
+def test_bad_usage_is_one_error_line(args: list[str], contains: str) -> None:
+    """What click refuses before a command runs is one `spc: error:` line and exit 1, as every
+    other refusal (the console script, not CliRunner: entry() turns click's usage errors so)."""
+    done = subprocess.run([sys.executable, "-m", "spc.cli", *args], capture_output=True, text=True, check=False)
+    assert_one_line_error(done.returncode, done.stderr, contains=contains)
+    alone = subprocess.run([sys.executable, "-m", "spc.cli"], capture_output=True, text=True, check=False)
+    assert alone.returncode == 0 and alone.stdout.startswith("Usage: spc")
