@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 from spc.emulator.device import EMULATIONS, conv2d_with, topk_by_sort
 from spc.emulator.numerics import (
-    SHORT_SUM,
     bf16_destination_block,
+    is_short,
     operand_phases,
     round_block_float,
     round_storage,
@@ -72,8 +72,7 @@ def _one_block_reference(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, in
     same = (left, top) == (right, bottom)
     src = x if same else F.pad(x, (left, right, top, bottom)).contiguous(memory_format=torch.channels_last)
     pad = (top, left) if same else (0, 0)
-    short = groups == 1 and w.shape[1] * w.shape[2] * w.shape[3] < SHORT_SUM  # the model's sum order: one matmul
-    terms = [taps_matmul(xb, wa, stride, pad, dilation) if short else
+    terms = [taps_matmul(xb, wa, stride, pad, dilation) if is_short(w, groups) else  # the model's sum order
              F.conv2d(xb, wa, stride=stride, padding=pad, dilation=dilation, groups=groups)
              for wa, xb in operand_phases(w, src, fidelity)]
     return terms[0] if len(terms) == 1 else terms[0] + terms[1]

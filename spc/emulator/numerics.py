@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch.utils.weak import WeakIdKeyDictionary
 
 from spc.ttnn.formats import DataFormat, MathFidelity
+from spc.ttnn.precision import SHORT_REDUCTION
 
 FACE_ROW = 16
 _MIN_NORMAL = 2.0**-126
@@ -125,7 +126,6 @@ def truncate_mantissa(x: torch.Tensor, keep: int) -> torch.Tensor:
 
 
 A_HI_BITS, B_HI_BITS = 4, 6
-SHORT_SUM = 32  # a conv summing fewer products per output is one matmul over its taps (taps_matmul)
 A_READ_BITS = A_HI_BITS + 5  # SrcA's mantissa bits the multiplier reads over its hi and lo phases
 
 
@@ -264,6 +264,12 @@ def _zero_bordered(shape: torch.Size, padding: tuple[int, int, int, int], channe
     return out, out[:, top:top + h, left:left + w]
 
 
+def is_short(w: torch.Tensor, groups: int) -> bool:
+    """Whether a conv of weights ``w`` [O, I/groups, kh, kw] is summed by :func:`taps_matmul`: an
+    ungrouped one with a short reduction (ttnn/precision.py: the convs that keep float32 weights)."""
+    return groups == 1 and w.shape[1] * w.shape[2] * w.shape[3] < SHORT_REDUCTION
+
+
 def taps_matmul(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], padding: tuple[int, int],
                 dilation: tuple[int, int]) -> torch.Tensor:
     """A conv with few products per output (the image's first) as one fp32 matmul of its taps,
@@ -287,7 +293,7 @@ def _one_block(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, int], paddin
     src = x if same else _padded(x, padding)
     pad = (top, left) if same else (0, 0)
     pairs = operand_phases(w, src, fidelity, b_hi=x_hi if same else None)
-    if groups == 1 and w.shape[1] * w.shape[2] * w.shape[3] < SHORT_SUM:
+    if is_short(w, groups):
         terms = [taps_matmul(xb, wa, stride, pad, dilation) for wa, xb in pairs]
         return terms[0] if len(terms) == 1 else terms[0].add_(terms[1])
     terms = [F.conv2d(xb, wa, stride=stride, padding=pad, dilation=dilation, groups=groups) for wa, xb in pairs]
