@@ -1,5 +1,6 @@
-"""Matrix products lowered one by one: MatMul and Gemm as ttnn.matmul in the plain form (constant
-operands on the device once, batch dimensions repeated to match).
+"""Matrix products lowered one by one: MatMul, Gemm and the Einsum equations that are one batched
+matrix product (``bhid,bhjd->bhij``) as ttnn.matmul in the plain form (constant operands on the
+device once, batch dimensions repeated to match).
 """
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from spc.ir.graph import Node, Value
+from spc.ir.ops.onnx_matmul import einsum_terms
 from spc.lowering.emitter import Emitter
 from spc.lowering.operands import Ins, elementwise_check, plain_of, shape_of, tensor_operand
 from spc.lowering.registry import lowers
@@ -75,3 +77,64 @@ def _gemm(em: Emitter, n: Node, ins: Ins) -> str:
             bias = em.emit("ttnn.multiply", [bias], base + "/beta", em.layouts[bias], n.name, scalar=beta)
         y = em.emit("ttnn.add", [y, bias], base + "/c", lay, n.name)
     return em.emit("ttnn.reshape", [y], base, lay, n.name, shape=lay.device_shape)
+
+
+def _einsum_product(n: Node) -> tuple[list[int], list[int], list[int]] | str:
+    """For an Einsum that is one batched matrix product: the permutations that bring A to
+    ``[batch..., rows, k]``, B to ``[batch..., k, cols]`` and the product to the output's order;
+    else why not."""
+    vals = [v for v in n.inputs if v is not None]
+    if len(vals) != 2:
+        return f"an Einsum of {len(vals)} operand(s) stays on the host (the device takes products of two)"
+    equation = str(n.attrs["equation"]).replace(" ", "")
+    if "..." in equation:
+        return "an Einsum with an ellipsis stays on the host"
+    (ta, tb), out = einsum_terms(equation, [v.type.rank for v in vals])
+    if any(len(set(t)) != len(t) for t in (ta, tb, out)):
+        return "an Einsum with a repeated index (a diagonal) stays on the host"
+    batch = [c for c in out if c in ta and c in tb]
+    rows, cols = [c for c in out if c in ta and c not in tb], [c for c in out if c in tb and c not in ta]
+    k = [c for c in ta if c in tb and c not in out]
+    if len(rows) != 1 or len(cols) != 1 or len(k) != 1 or len(batch) + 2 != len(out) \
+            or len(ta) != len(batch) + 2 or len(tb) != len(batch) + 2:
+        return f"Einsum {equation!r} is not one batched matrix product (it stays on the host)"
+    a, b = vals
+    if any(dict(zip(ta, shape_of(a)))[c] != dict(zip(tb, shape_of(b)))[c] for c in [*batch, *k]):
+        return f"Einsum {equation!r} broadcasts a size-1 axis (it stays on the host)"
+    perm_a = [ta.index(c) for c in [*batch, rows[0], k[0]]]
+    perm_b = [tb.index(c) for c in [*batch, k[0], cols[0]]]
+    made = [*batch, rows[0], cols[0]]
+    return perm_a, perm_b, [made.index(c) for c in out]
+
+
+def _einsum_check(n: Node) -> str | None:
+    why = _einsum_product(n)
+    return why if isinstance(why, str) else elementwise_check(n)
+
+
+def _permuted(em: Emitter, n: Node, v: Value, name: str | None, perm: list[int], tag: str) -> str:
+    """``v`` with its axes in ``perm``'s order, on the device (a constant permuted on the host)."""
+    shape = tuple(shape_of(v)[i] for i in perm)
+    if name is None:
+        return em.constant(v, np.ascontiguousarray(np.transpose(np.asarray(v.data, np.float32), perm)),
+                           list(shape), n.name)
+    t = tensor_operand(em, v, name, Form.PLAIN, shape, n.name)
+    if perm == sorted(perm):
+        return t
+    return em.emit("ttnn.permute", [t], f"{n.output.name}/{tag}", PlainLayout(shape), n.name, dims=perm)
+
+
+@lowers("onnx.Einsum", check=_einsum_check)
+def _einsum(em: Emitter, n: Node, ins: Ins) -> str:
+    product = _einsum_product(n)
+    assert not isinstance(product, str)
+    perm_a, perm_b, perm_out = product
+    a, b = (v for v in n.inputs if v is not None)
+    names = [x for v, x in zip(n.inputs, ins) if v is not None]
+    sides = [_permuted(em, n, a, names[0], perm_a, "a"), _permuted(em, n, b, names[1], perm_b, "b")]
+    out = shape_of(n.output)
+    if perm_out == sorted(perm_out):
+        return em.emit("ttnn.matmul", sides, n.output.name, plain_of(n.output), n.name)
+    made = tuple(out[perm_out.index(i)] for i in range(len(out)))
+    y = em.emit("ttnn.matmul", sides, f"{n.output.name}/product", PlainLayout(made), n.name)
+    return em.emit("ttnn.permute", [em.tiled(y, n.name)], n.output.name, plain_of(n.output), n.name, dims=perm_out)

@@ -72,7 +72,7 @@ def _gemm(ins: A, attrs: D) -> list[np.ndarray]:
     return [y.astype(np.asarray(ins[0]).dtype)]
 
 
-def _einsum_terms(equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
+def einsum_terms(equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
     """Input terms and the output term (implicit mode: the letters used once, sorted, after the
     broadcast axes), spaces removed."""
     eq = equation.replace(" ", "")
@@ -88,7 +88,7 @@ def _einsum_terms(equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
 
 def _einsum_infer(ins: list[Value | None], attrs: D) -> Types:
     vals = [v for v in ins if v is not None]
-    terms, rhs = _einsum_terms(attrs["equation"], [v.type.rank for v in vals])
+    terms, rhs = einsum_terms(attrs["equation"], [v.type.rank for v in vals])
     dims: dict[str, Dim] = {}
     ell: list[tuple[Dim, ...]] = []
     for term, v in zip(terms, vals):
