@@ -9,8 +9,9 @@ After::
 
     %h: i64[] = const dense<15>
 
-Results larger than MAX_FOLD_ELEMENTS stay as nodes: folding them would bloat the plan with
-data the device can compute cheaply (an Expand of zeros to a full-resolution map, say).
+Results larger than MAX_FOLD_ELEMENTS and than their constant operands stay as nodes: folding
+them would bloat the plan with data the device can compute cheaply (an Expand of zeros to a
+full-resolution map, say); a weight's Transpose folds whatever its size.
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ class FoldConstants(Pass):
         for node in list(g.nodes):
             if node.op.data_dependent or not all(o.type.is_static for o in node.outputs):
                 continue
-            if sum(o.type.numel for o in node.outputs) > MAX_FOLD_ELEMENTS:
+            made = sum(o.type.numel for o in node.outputs)
+            # a result no larger than its constant operands (a weight's Transpose) cannot bloat the plan
+            read = sum(v.type.numel for v in node.inputs if v is not None and v.is_const and v.type.is_static)
+            if made > MAX_FOLD_ELEMENTS and made > read:
                 continue
             src = node.inputs[0] if node.inputs else None
             if node.op.name in ("onnx.Shape", "onnx.Size") and src is not None and src.type.is_static:

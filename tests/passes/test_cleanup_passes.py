@@ -8,11 +8,12 @@ from spc.ir.interpreter import evaluate_graph
 from spc.ir.printer import print_graph
 from spc.passes.eliminate_dead_code import EliminateDeadCode
 from spc.passes.explain import Explainer
-from spc.passes.fold_constants import FoldConstants
+from spc.passes.fold_constants import MAX_FOLD_ELEMENTS, FoldConstants
 from spc.passes.manager import PassContext
 from spc.passes.remove_identity import RemoveIdentity
 from spc.passes.simplify_shapes import SimplifyShapes
 from tests.conftest import assert_ir, ir
+from tests.passes.builder import Builder
 
 
 def ops_of(g) -> list[str]:
@@ -44,6 +45,18 @@ def test_fold_constants_keeps_large_results() -> None:
 """)
     assert not FoldConstants().run(g, PassContext()).modified
     assert ops_of(g) == ["onnx.Expand"]
+
+
+def test_fold_constants_folds_a_large_weights_transpose() -> None:
+    # no larger than the weight it reads, so folding cannot bloat the plan (LightGlue's projections)
+    b = Builder((1, 256))
+    w = b.const(np.arange(MAX_FOLD_ELEMENTS * 2, dtype=np.float32).reshape(256, -1))
+    wt = b.op("Transpose", w, perm=[1, 0])
+    g = b.done(b.op("MatMul", b.x, b.op("Transpose", wt, perm=[1, 0])))
+    expected = evaluate_graph(g, {"x": np.ones((1, 256), np.float32)})
+    assert FoldConstants().run(g, PassContext()).modified
+    assert ops_of(g) == ["onnx.MatMul"]
+    np.testing.assert_array_equal(evaluate_graph(g, {"x": np.ones((1, 256), np.float32)}), expected)
 
 
 SHAPES = """graph @t(%x: f32[1,3,4,5]) {
