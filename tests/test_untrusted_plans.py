@@ -155,6 +155,8 @@ def first_op(edit: Callable[[dict], None]) -> Edit:
     ("read-back cut wrongly", lambda d: setitem(d, "host_post", [setitem(d["host_post"][0], "attrs", setitem(
         d["host_post"][0]["attrs"], "rows", [[0, 1], [1, 2], [2, 9999]])), *d["host_post"][1:]]),
      "do not cut"),
+    ("a host node makes too few values", lambda d: setitem(d, "host_post", [setitem(d["host_post"][0], "outputs", [
+        *d["host_post"][0]["outputs"], "extra"]), *d["host_post"][1:]]), "values, not"),
 ])
 def test_edited_programs_are_refused(name: str, edit: Edit, contains: str, small_plan: Path, tmp_path: Path) -> None:
     refused(edited(small_plan, tmp_path / "p.ttplan", program=edit), contains)

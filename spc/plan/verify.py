@@ -233,7 +233,7 @@ def _host(nodes: list[HostNode], known: dict[str, Any], weights: dict[str, np.nd
         except Exception as exc:  # the op's own type rules refuse it; the message says how
             raise SpcError(f"{stage} node {n.name} ({n.op}) does not type-check: {type(exc).__name__}: "
                            f"{str(exc)[:200]}") from None
-        if len(node.outputs) != len(n.outputs):
+        if len(node.outputs) < len(n.outputs):  # fewer is ONNX's omitted trailing optional outputs
             raise SpcError(f"{stage} node {n.name} ({n.op}) makes {len(node.outputs)} values, not {len(n.outputs)}")
         for name, v in zip(n.outputs, node.outputs):
             static = [d for d in v.type.shape if isinstance(d, int)]
