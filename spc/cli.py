@@ -531,8 +531,17 @@ def run(plan: Path, inputs: tuple[Path, ...], output: Path | None, fmt: str, res
 
     skipped = Skipped()
     files = _inputs(inputs, skipped)
+    loaded = _read_plan(plan, target)
+    if len(loaded.program.inputs) > 1:  # a matcher's tensors, not images
+        from spc.tools.run_tensors import run_tensor_files
 
-    run_files(_read_plan(plan, target), files, output, viz, dense, backend, trace=not no_trace, plan_path=plan,
+        run_tensor_files(loaded, files, output, backend, trace=not no_trace, plan_path=plan, overwrite=overwrite,
+                         allow_nonfinite=allow_nonfinite, as_json=as_json,
+                         image_options={"--viz": viz, "--format": fmt, "--resize": resize, "--dense": dense,
+                                        "--coords": coords, "--keep-going": keep_going,
+                                        "--skip-existing": skip_existing})
+        return
+    run_files(loaded, files, output, viz, dense, backend, trace=not no_trace, plan_path=plan,
               overwrite=overwrite, allow_nonfinite=allow_nonfinite, fmt=fmt, resize=resize, as_json=as_json,
               extraction=Extraction(threshold, nms_radius, border, max_keypoints),
               root=inputs[0] if len(inputs) == 1 and inputs[0].is_dir() else None, keep_going=keep_going,

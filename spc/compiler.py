@@ -39,7 +39,7 @@ from spc.passes.pipeline import MEMORY, STAGES, default_pipeline
 from spc.plan.io import plan_members, read_plan, write_members
 from spc.plan.listing import call_counts, format_program
 from spc.plan.program import Program
-from spc.plan.schema import MAX_METADATA_ENTRIES, MAX_METADATA_KEY, MAX_METADATA_VALUE, validate_program
+from spc.plan.schema import MAX_INPUTS, MAX_METADATA_ENTRIES, MAX_METADATA_KEY, MAX_METADATA_VALUE, validate_program
 from spc.plan.verify import verify_plan
 from spc.records import asdict
 from spc.ttnn.memory import MemoryOverrides
@@ -94,14 +94,22 @@ class ProgramBuilder(Struct, frozen=True):
 
 
 def check_input(g: Graph, src: Path) -> None:
-    """One static, floating-point input: what a single-image vision model takes."""
-    if len(g.inputs) != 1:
-        names = ", ".join(v.name for v in g.inputs) or "none"
-        raise SpcError(f"{src}: spc compiles models with one input (an image); this one has {len(g.inputs)}: {names}")
-    t = g.inputs[0].type
-    if not t.is_static or not t.dtype.is_float:
-        raise SpcError(f"{src}: input {g.inputs[0].name} is {t}; spc needs a static floating-point input: "
-                       "give its size with --input-shape (e.g. 1,1,480,640) or export a fixed size")
+    """One static floating-point input (an image), or static inputs of any numeric type (the
+    tensors a matcher takes: keypoints, descriptors, sizes), at most :data:`MAX_INPUTS`."""
+    if not g.inputs:
+        raise SpcError(f"{src}: the model has no inputs; spc compiles models that take an image or tensors")
+    if len(g.inputs) > MAX_INPUTS:
+        raise SpcError(f"{src}: the model has {len(g.inputs)} inputs; a plan takes at most {MAX_INPUTS}")
+    if len(g.inputs) == 1:
+        t = g.inputs[0].type
+        if not t.is_static or not t.dtype.is_float:
+            raise SpcError(f"{src}: input {g.inputs[0].name} is {t}; spc needs a static floating-point input: "
+                           "give its size with --input-shape (e.g. 1,1,480,640) or export a fixed size")
+        return
+    for v in g.inputs:
+        if not v.type.is_static:
+            raise SpcError(f"{src}: input {v.name} is {v.type}; spc needs static inputs: export the model with "
+                           "fixed sizes (--input-shape fixes a model of one input)")
 
 
 BATCHES = (1, 2, 4, 8)  # what --batch auto tries
@@ -142,6 +150,9 @@ def _batch(g: Graph, src: Path, batch: int) -> int:
     already needs none)."""
     if batch < 1:
         raise SpcError(f"--batch must be at least 1, got {batch}")
+    if batch > 1 and len(g.inputs) > 1:
+        raise SpcError(f"{src}: --batch {batch} batches images, and the model takes {len(g.inputs)} inputs; "
+                       "export it for the batch you want")
     first = g.inputs[0].type.shape[0] if g.inputs[0].type.rank else None
     if batch == 1 or first == batch:
         return 1

@@ -20,6 +20,7 @@ from spc.cli import main
 from spc.ir.parser import parse_graph
 from spc.passes.pipeline import PASS_NAMES
 from spc.plan.io import read_plan
+from spc.plan.schema import MAX_INPUTS
 
 
 def spc(*args: object) -> tuple[int, str, str]:
@@ -215,16 +216,15 @@ def _rewrite_member(src: Path, dst: Path, member: str, edit) -> None:
 
 
 def _bad_onnx(tmp_path: Path, small_onnx: Path) -> dict[str, tuple[Path, str]]:
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
-    x2 = helper.make_tensor_value_info("x2", TensorProto.FLOAT, [1, 3, 8, 8])
+    xs = [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [1, 3, 8, 8]) for i in range(MAX_INPUTS + 1)]
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])
-    add = helper.make_model(helper.make_graph([helper.make_node("Add", ["x", "x2"], ["y"])], "g", [x, x2], [y]),
-                            opset_imports=[helper.make_opsetid("", 18)])
-    onnx.save(add, tmp_path / "two.onnx")
+    total = helper.make_node("Sum", [x.name for x in xs], ["y"])
+    many = helper.make_model(helper.make_graph([total], "g", xs, [y]), opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save(many, tmp_path / "many.onnx")
     (tmp_path / "trunc.onnx").write_bytes(small_onnx.read_bytes()[:4000])
     return {"missing": (tmp_path / "nope.onnx", "no such file"),
             "truncated": (tmp_path / "trunc.onnx", "not an ONNX model"),
-            "two-inputs": (tmp_path / "two.onnx", "spc compiles models with one input (an image); this one has 2")}
+            "too-many-inputs": (tmp_path / "many.onnx", f"has {MAX_INPUTS + 1} inputs; a plan takes at most {MAX_INPUTS}")}
 
 
 def test_a_valid_model_that_is_not_superpoint_compiles_and_runs(tmp_path: Path) -> None:
@@ -242,7 +242,7 @@ def test_a_valid_model_that_is_not_superpoint_compiles_and_runs(tmp_path: Path) 
     np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], np.maximum(a, 0), atol=1e-2)
 
 
-@pytest.mark.parametrize("case", ["missing", "truncated", "two-inputs"])
+@pytest.mark.parametrize("case", ["missing", "truncated", "too-many-inputs"])
 def test_bad_onnx(case: str, small_onnx: Path, tmp_path: Path) -> None:
     path, message = _bad_onnx(tmp_path, small_onnx)[case]
     out = tmp_path / "out.ttplan"

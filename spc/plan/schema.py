@@ -32,6 +32,7 @@ MAX_NAME = 512
 MAX_CALLS = 20_000
 MAX_HOST_NODES = 20_000
 MAX_ELEMENTS = 1 << 28  # per tensor (1 GiB of float32); 1080x1920 SuperPoint needs 1.3e8
+MAX_INPUTS = 16  # a model's inputs: an image, or a matcher's keypoints, descriptors and sizes of two images
 MAX_ATTR_DEPTH = 4
 
 
@@ -240,7 +241,7 @@ class CallJSON(_Strict):
 
 
 class ProgramJSON(_Strict):
-    inputs: Annotated[list[TensorSpecJSON], Meta(min_length=1, max_length=16)]
+    inputs: Annotated[list[TensorSpecJSON], Meta(min_length=1, max_length=MAX_INPUTS)]
     outputs: Annotated[list[TensorSpecJSON], Meta(min_length=1, max_length=64)]
     host_pre: Annotated[list[HostNodeJSON], Meta(max_length=MAX_HOST_NODES)]
     device_inputs: Annotated[list[DeviceTensorJSON], Meta(max_length=64)]

@@ -18,8 +18,11 @@ import os
 import stat
 import struct
 import warnings
+import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import numpy.lib.format as npy
@@ -228,47 +231,107 @@ def resize(a: np.ndarray, h: int, w: int) -> np.ndarray:
     return np.asarray(Image.fromarray(a, mode="F").resize((w, h), Image.BILINEAR), dtype=np.float32)
 
 
+def _npy_header(f: BinaryIO, label: str, shape: list[int]) -> tuple[bool, np.dtype]:
+    """A .npy header read from ``f`` (left at the data) and checked: ``shape`` exactly, a plain
+    integer or floating-point dtype; (Fortran order, dtype). ``label`` names the array in errors."""
+    try:
+        version = npy.read_magic(f)
+    except (ValueError, EOFError):
+        raise SpcError(f"{label}: not a .npy file (no NumPy magic at its start); "
+                       "save the array with numpy.save") from None
+    try:
+        if version == (1, 0):
+            got, fortran, dtype = npy.read_array_header_1_0(f)
+        elif version == (2, 0):
+            got, fortran, dtype = npy.read_array_header_2_0(f)
+        else:
+            raise SpcError(f"{label}: .npy format version {version[0]}.{version[1]} is not supported "
+                           "(only 1.0 and 2.0: a plain numeric array); save it with numpy.save")
+    except SpcError:
+        raise
+    except Exception as exc:  # numpy parses the header as a Python literal: any error can come out
+        raise SpcError(f"{label}: damaged .npy header ({type(exc).__name__}: {one_line(exc, 160)}); "
+                       "save the array again with numpy.save") from None
+    if list(got) != shape:
+        raise SpcError(f"{label}: array shape {list(got)} does not match the plan input {shape}")
+    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None or not (
+            np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)):
+        raise SpcError(f"{label}: array dtype {dtype} is not an integer or floating-point number; "
+                       "save a numeric array (e.g. float32)")
+    return bool(fortran), dtype
+
+
+def _npy_data(f: BinaryIO, label: str, shape: list[int], fortran: bool, dtype: np.dtype, have: int) -> np.ndarray:
+    """The array after its header: exactly the bytes the header declares (``have`` are left)."""
+    want = math.prod(shape) * dtype.itemsize
+    if have != want:
+        raise SpcError(f"{label}: truncated or padded .npy: {have} bytes of data where its header "
+                       f"declares {want}; save the array again with numpy.save")
+    raw = f.read(want)
+    if len(raw) != want:
+        raise SpcError(f"{label}: truncated .npy (the file changed while it was read)")
+    return np.frombuffer(raw, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+
+
 def read_npy(path: Path, shape: list[int]) -> np.ndarray:
     """A .npy of exactly ``shape``, numeric (integer or floating), checked from its header before
     any data is read; no pickles."""
     size = _check_file(path)
     try:
         with open(path, "rb") as f:
-            try:
-                version = npy.read_magic(f)
-            except (ValueError, EOFError):
-                raise SpcError(f"{path}: not a .npy file (no NumPy magic at its start); "
-                               "save the array with numpy.save") from None
-            try:
-                if version == (1, 0):
-                    got, fortran, dtype = npy.read_array_header_1_0(f)
-                elif version == (2, 0):
-                    got, fortran, dtype = npy.read_array_header_2_0(f)
-                else:
-                    raise SpcError(f"{path}: .npy format version {version[0]}.{version[1]} is not supported "
-                                   "(only 1.0 and 2.0: a plain numeric array); save it with numpy.save")
-            except SpcError:
-                raise
-            except Exception as exc:  # numpy parses the header as a Python literal: any error can come out
-                raise SpcError(f"{path}: damaged .npy header ({type(exc).__name__}: {one_line(exc, 160)}); "
-                               "save the array again with numpy.save") from None
-            if list(got) != shape:
-                raise SpcError(f"{path}: array shape {list(got)} does not match the plan input {shape}")
-            if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None or not (
-                    np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)):
-                raise SpcError(f"{path}: array dtype {dtype} is not an integer or floating-point number; "
-                               "save a numeric array (e.g. float32)")
-            want = math.prod(got) * dtype.itemsize
-            have = size - f.tell()
-            if have != want:
-                raise SpcError(f"{path}: truncated or padded .npy: {have} bytes of data where its header "
-                               f"declares {want}; save the array again with numpy.save")
-            raw = f.read(want)
+            fortran, dtype = _npy_header(f, str(path), shape)
+            return _npy_data(f, str(path), shape, fortran, dtype, size - f.tell())
     except OSError as exc:
         raise SpcError(f"{path}: cannot read ({exc.strerror or type(exc).__name__})") from None
-    if len(raw) != want:
-        raise SpcError(f"{path}: truncated .npy (the file changed while it was read)")
-    return np.frombuffer(raw, dtype=dtype).reshape(got, order="F" if fortran else "C")
+
+
+def read_npz(path: Path, specs: list[tuple[str, list[int]]], allow_nonfinite: bool = False,
+             check_only: bool = False) -> dict[str, np.ndarray]:
+    """A plan's inputs from an .npz (``numpy.savez``, compressed or not): one member per input,
+    named as the input (``numpy.savez(f, kpts0=..., ...)``) or, positionally, ``arr_0`` ...; each
+    checked from its header and its size in the archive's directory before anything is read (a
+    declared or compressed size that does not fit is refused, so a zip bomb inflates nothing).
+    ``check_only``: the checks alone, nothing read (an empty dict)."""
+    _check_file(path)
+    try:
+        with zipfile.ZipFile(path) as z:
+            members = {i.filename.removesuffix(".npy"): i for i in z.infolist()}
+            names = [n for n, _ in specs]
+            positional = [f"arr_{k}" for k in range(len(specs))]
+            if set(members) == set(positional) and set(names) != set(positional):
+                members = {n: members[a] for n, a in zip(names, positional)}
+            missing = [n for n in names if n not in members]
+            extra = sorted(set(members) - set(names))
+            if missing or extra or len(z.infolist()) != len(names):
+                raise SpcError(f"{path}: the plan's inputs are {', '.join(names)}"
+                               + (f"; the file lacks {', '.join(missing)}" if missing else "")
+                               + (f"; it has {', '.join(extra[:4])}, which the plan does not take" if extra else "")
+                               + "; save them with numpy.savez(FILE, NAME=array, ...)")
+            out: dict[str, np.ndarray] = {}
+            for name, shape in specs:
+                info = members[name]
+                label = f"{path}:{info.filename}"
+                if info.flag_bits & 0x1:
+                    raise SpcError(f"{label}: encrypted; save the arrays with numpy.savez")
+                with z.open(info) as f:
+                    fortran, dtype = _npy_header(f, label, shape)  # type: ignore[arg-type]
+                    have = info.file_size - f.tell()
+                    if check_only:
+                        want = math.prod(shape) * dtype.itemsize
+                        if have != want:
+                            raise SpcError(f"{label}: truncated or padded .npy: {have} bytes of data where its "
+                                           f"header declares {want}; save the arrays again with numpy.savez")
+                        continue
+                    a = _npy_data(f, label, shape, fortran, dtype, have)  # type: ignore[arg-type]
+                _check_values(Path(label), a, allow_nonfinite)
+                out[name] = a
+            return out
+    except zipfile.BadZipFile as exc:
+        raise SpcError(f"{path}: not an .npz (a zip archive): {one_line(exc, 120)}; save the arrays with "
+                       "numpy.savez") from None
+    except (OSError, EOFError, zlib.error, NotImplementedError) as exc:
+        raise SpcError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or type(exc).__name__}: "
+                       f"{one_line(exc, 120)})") from None
 
 
 def load_input(path: Path, shape: list[int], allow_nonfinite: bool = False) -> np.ndarray:

@@ -7,6 +7,7 @@ splits the inputs over the chips on axis 0 and stacks their results on it)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import numpy as np
 from msgspec import Struct, field
@@ -69,22 +70,20 @@ class Runner:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def run(self, x: np.ndarray, dense: bool = False) -> RunResult:
-        """The plan on ``x``: its input, or on N chips the N chips' inputs stacked on axis 0."""
+    def run(self, x: np.ndarray | Mapping[str, np.ndarray], dense: bool = False) -> RunResult:
+        """The plan on ``x``: its input, or on N chips the N chips' inputs stacked on axis 0; a plan
+        of several inputs takes them by name."""
         p = self.program
+        feeds = self._feeds(x)
         spec = p.inputs[0]
         shape = [int(d) for d in spec.shape]
         n = self.chips
-        want = [shape[0] * n, *shape[1:]] if n > 1 else shape
-        if list(x.shape) != want:
-            chips = f" on each of its {n} chips: {want}, the chips' inputs stacked on axis 0" if n > 1 else ""
-            raise SpcError(f"input shape {list(x.shape)} does not match the plan's {spec.name} {spec.shape}{chips}")
         seconds: dict[str, float] = {}
         t0 = time.perf_counter()
         part = shape[0] if n > 1 else 0
         envs: list[dict[str, np.ndarray]] = []
         for k in range(n):  # each chip's part through host-pre
-            env: dict[str, np.ndarray] = {spec.name: (x[k * part:(k + 1) * part] if n > 1 else x).astype(np.float32)}
+            env = {name: a[k * part:(k + 1) * part] if n > 1 else a for name, a in feeds.items()}
             run_host(p.host_pre, env, self.plan.weights)
             envs.append(env)
         dev_in = {t.name: _stacked([t.layout.to_device(env[t.name]) for env in envs]) for t in p.device_inputs}
@@ -118,6 +117,33 @@ class Runner:
         return RunResult({o.name: _stacked([r.outputs[o.name] for r in results]) for o in p.outputs},
                          {role: _stacked([r.dense[role] for r in results]) for role in results[0].dense},
                          seconds, results)
+
+    def _feeds(self, x: np.ndarray | Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Each plan input by name, of its declared shape (on N chips, N of them stacked on axis 0)
+        and carried as its element type is on the host (a float image as float32)."""
+        specs = self.program.inputs
+        if not isinstance(x, Mapping):
+            if len(specs) != 1:
+                raise SpcError(f"the plan takes {len(specs)} inputs ({', '.join(s.name for s in specs)}); "
+                               "give them by name")
+            x = {specs[0].name: x}
+        unknown = sorted(set(x) - {s.name for s in specs})
+        missing = [s.name for s in specs if s.name not in x]
+        if unknown or missing:
+            raise SpcError(f"the plan's inputs are {', '.join(s.name for s in specs)}"
+                           + (f"; missing {', '.join(missing)}" if missing else "")
+                           + (f"; not inputs: {', '.join(unknown)}" if unknown else ""))
+        n = self.chips
+        out = {}
+        for spec in specs:
+            a = np.asarray(x[spec.name])
+            shape = [int(d) for d in spec.shape]
+            want = [shape[0] * n, *shape[1:]] if n > 1 else shape
+            if list(a.shape) != want:
+                chips = f" on each of its {n} chips: {want}, the chips' inputs stacked on axis 0" if n > 1 else ""
+                raise SpcError(f"input shape {list(a.shape)} does not match the plan's {spec.name} {spec.shape}{chips}")
+            out[spec.name] = a.astype(DType(spec.dtype).host_numpy)
+        return out
 
     def _parts(self, got: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
         """The device's results, the chips' stacked on axis 0, as each chip's own."""

@@ -12,7 +12,8 @@ from spc.errors import SpcError
 from spc.plan.io import Plan, images_per_chip
 from spc.runtime.batches import image_shape
 from spc.runtime.extraction import STANDARD
-from spc.runtime.inputs import load_input
+from spc.runtime.inputs import load_input, read_npz
+from spc.tools.run_tensors import input_specs
 from spc.tuning.comparison import Comparison, ImageReport, find_source
 from spc.tuning.per_layer import PerLayerReport, per_layer
 
@@ -24,7 +25,8 @@ def check_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | Non
     src = reference if reference is not None else find_source(plan, plan_path, onnx)
     batch = plan.images_per_run  # a batch plan: single images, run B at a time (N*B on N chips)
     shape = [int(d) for d in plan.program.inputs[0].shape]
-    arrays = [load_input(f, image_shape(shape) if batch > 1 else shape, allow_nonfinite) for f in files]
+    arrays: list = ([read_npz(f, input_specs(plan), allow_nonfinite) for f in files] if len(plan.program.inputs) > 1
+                    else [load_input(f, image_shape(shape) if batch > 1 else shape, allow_nonfinite) for f in files])
     # the dense maps are the source's values by name: another export's names are its own
     probes = {role: t.name for role, t in plan.program.probes.items()} if reference is None else {}
     return Comparison(src, probes, arrays, [f.name for f in files], batch).reports(plan, backend)
@@ -32,6 +34,9 @@ def check_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | Non
 
 def per_layer_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | None, min_pcc: float | None,
                     allow_nonfinite: bool = False) -> list[PerLayerReport]:
+    if len(plan.program.inputs) > 1:
+        raise SpcError(f"{plan_path}: --per-layer compares plans of one input (an image); this one takes "
+                       f"{len(plan.program.inputs)}: compare its outputs without --per-layer")
     if images_per_chip(plan.program) > 1:
         raise SpcError(f"{plan_path}: --per-layer compares plans that run one image; this one runs "
                        f"{images_per_chip(plan.program)} at a time (--batch): compile the model without --batch to see "
@@ -53,17 +58,22 @@ def print_reports(reports: list[ImageReport]) -> None:
     title = f"spc plan vs onnxruntime (top-500 keypoints{how}, 2 px)" if via else "spc plan vs onnxruntime"
     table = Table(title=title)
     keypoint_cols = ["precision", "recall", "F1", "desc cos", "kp ours/ref"] if via else []
-    cols = ["input", "score PCC", "desc PCC", *keypoint_cols]
+    # a model without the maps (a matcher) gets no columns of "-" for them
+    maps = via or any(not (math.isnan(r.score_pcc) and math.isnan(r.descriptor_pcc)) for r in reports)
+    cols = ["input", *(["score PCC", "desc PCC"] if maps else []), *keypoint_cols]
     for col in cols:
         table.add_column(col, justify="left" if col == "input" else "right")
     others = sorted({name for r in reports for name in r.outputs})
+    exact = {name for r in reports for name in r.exact}
     for name in others:
-        table.add_column(f"{name} PCC / max diff", justify="right")
+        table.add_column(f"{name} equal / differing" if name in exact else f"{name} PCC / max diff", justify="right")
     for r in reports:
         kp = f"{r.keypoints}/{r.ref_keypoints}" if r.keypoints_from else "-"
-        cells = [f"{_f(r.outputs[n][0], 5)} / {_f(r.outputs[n][1], 3)}" if n in r.outputs else "-" for n in others]
+        cells = [("-" if n not in r.outputs else f"{_f(r.outputs[n][0], 5)} / {r.outputs[n][1]:.0f}" if n in exact
+                  else f"{_f(r.outputs[n][0], 5)} / {_f(r.outputs[n][1], 3)}") for n in others]
         keypoint_cells = [_f(r.precision, 4), _f(r.recall, 4), _f(r.f1, 4), _f(r.descriptor_cosine, 5), kp]
-        table.add_row(r.input, _f(r.score_pcc, 5), _f(r.descriptor_pcc, 5), *(keypoint_cells if via else []), *cells)
+        map_cells = [_f(r.score_pcc, 5), _f(r.descriptor_pcc, 5)] if maps else []
+        table.add_row(r.input, *map_cells, *(keypoint_cells if via else []), *cells)
     # rich assumes 80 columns off a terminal, which would truncate the input names
     console = Console()
     console.width = max(console.width, 112)

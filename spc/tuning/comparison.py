@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +36,10 @@ from spc.runtime.runner import Runner, RunResult
 from spc.tuning.metrics import keypoint_agreement, pcc
 
 NAN = float("nan")
+# onnxruntime's input type names -> numpy
+_ORT_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
+              "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int16)": np.int16,
+              "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
 
 
 class ImageReport(Struct):
@@ -48,9 +52,11 @@ class ImageReport(Struct):
     descriptor_cosine: float
     keypoints: int
     ref_keypoints: int
-    # outputs without a keypoint or map role: name -> [PCC, largest absolute difference]
+    # outputs without a keypoint or map role: name -> [PCC, largest absolute difference], or for
+    # integer outputs (in ``exact``) [share of equal elements, count of differing ones]
     outputs: dict[str, list[float]] = field(default_factory=dict)
     keypoints_from: str = ""  # "outputs" | runtime/extraction.py's STANDARD | "" (none)
+    exact: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -99,10 +105,15 @@ class OrtReference:
         opts.log_severity_level = 3
         self.session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         self.input = self.session.get_inputs()[0].name
+        self.types = {i.name: i.type for i in self.session.get_inputs()}
         self.names = [o.name for o in self.session.get_outputs()]
 
-    def run(self, x: np.ndarray) -> dict[str, np.ndarray]:
-        return dict(zip(self.names, self.session.run(None, {self.input: x})))
+    def run(self, x: np.ndarray | Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The outputs for ``x``: the one input, or several by name, each in the type the model
+        declares (an .npz's float64 keypoints given to a float32 input)."""
+        feeds = dict(x) if isinstance(x, Mapping) else {self.input: x}
+        feeds = {k: np.asarray(v, _ORT_TYPES.get(self.types.get(k, ""))) for k, v in feeds.items()}
+        return dict(zip(self.names, self.session.run(None, feeds)))
 
 
 def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[str, str],
@@ -114,6 +125,7 @@ def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[s
 
     score, desc = dense("score_map"), dense("descriptor_map")
     generic: dict[str, list[float]] = {}
+    exact: list[str] = []
     logits = None
     for out, role in roles.items():
         r = role.get("role")
@@ -134,15 +146,21 @@ def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[s
             continue
         b = ref[out]
         same = a.shape == b.shape
+        if same and not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(b.dtype, np.floating):
+            # indices and counts (a matcher's matches): equal or not, a correlation means nothing
+            equal = a == b
+            generic[out] = [float(equal.mean()) if a.size else 1.0, float(np.count_nonzero(~equal))]
+            exact.append(out)
+            continue
         generic[out] = [pcc(a, b) if same else NAN,
                         float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max()) if same and a.size else NAN]
     ours_kp, ref_kp = (frame_keypoints(o, roles, height, width) for o in (ours.outputs, ref))
     if ours_kp is None or ref_kp is None:
-        return ImageReport(name, score, desc, NAN, NAN, NAN, NAN, 0, 0, generic, "")
+        return ImageReport(name, score, desc, NAN, NAN, NAN, NAN, 0, 0, generic, "", exact)
     (got, source), (want, _) = ours_kp, ref_kp
     agree = keypoint_agreement(*got, *want)
     return ImageReport(name, score, desc, agree.precision, agree.recall, agree.f1, agree.descriptor_cosine,
-                       len(got[0]), len(want[0]), generic, source)
+                       len(got[0]), len(want[0]), generic, source, exact)
 
 
 def _rows(out: dict[str, np.ndarray], k: int, batch: int) -> dict[str, np.ndarray]:
@@ -157,7 +175,7 @@ class Comparison:
     those onnxruntime cannot produce are left out of the comparison.
     """
 
-    def __init__(self, src: Path, probes: dict[str, str], inputs: list[np.ndarray],
+    def __init__(self, src: Path, probes: dict[str, str], inputs: list[np.ndarray] | list[dict[str, np.ndarray]],
                  names: list[str] | None = None, batch: int = 1) -> None:
         ref = OrtReference(src, list(probes.values()))
         self.maps = {role: name for role, name in probes.items() if name in ref.extra}
@@ -165,7 +183,7 @@ class Comparison:
         self.names = names or [f"input {i}" for i in range(len(inputs))]
         self.batch = batch  # a batch plan's images per run: ``inputs`` are single images (runtime/batches.py)
         takes = list(ref.session.get_inputs()[0].shape)
-        image = list(inputs[0].shape) if inputs else []
+        image = list(inputs[0].shape) if inputs and isinstance(inputs[0], np.ndarray) else []
         if image and (len(takes) != len(image) or any(
                 isinstance(d, int) and d != want for d, want in zip(takes[1:], image[1:])) or
                 (isinstance(takes[0], int) and takes[0] not in (1, batch))):

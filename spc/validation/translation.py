@@ -42,7 +42,7 @@ from spc.ir.interpreter import MissingValue, NodeFailed, Step, demanded, run
 from spc.ir.ops.keypoints import KeypointOverflow
 from spc.ir.types import DType
 from spc.passes.trial_values import TrialValues, hashed_uniform
-from spc.plan.program import DeviceTensor, Program, TtOp
+from spc.plan.program import DeviceTensor, Program, TensorSpec, TtOp
 from spc.runtime.host import run_host
 from spc.runtime.reference import flat_ops, needed, run_device
 from spc.ttnn.calls import MEANINGS
@@ -198,6 +198,17 @@ def _seeded(shape: tuple[int, ...], relu: bool, seed: int, detector: bool = Fals
     return x
 
 
+def _seeded_input(spec: TensorSpec, seed: int) -> np.ndarray:
+    """A seeded value for an input beside the first: floats uniform in [0, 1) as the image's, and
+    integers and booleans zero (an index or a count whose meaning the graph alone knows: zero is
+    in range for every one)."""
+    shape = tuple(int(d) for d in spec.shape)
+    dtype = DType(spec.dtype).host_numpy
+    if np.issubdtype(dtype, np.floating):
+        return hashed_uniform(shape, seed).astype(dtype)
+    return np.zeros(shape, dtype)
+
+
 def validate(source: Source, g: Graph, program: Program, tensors: Mapping[str, np.ndarray],
              approximated: Collection[str] = (), seed: int = 0) -> Verdict:
     """Run the plan and its source on one seeded image and report where they first differ.
@@ -221,7 +232,11 @@ def start(source: Source, g: Graph, program: Program, tensors: Mapping[str, np.n
     # the source run on each; image k's results must be the source's on image k
     batch = plan_shape[0] // own[0] if own[0] and plan_shape[1:] == own[1:] and plan_shape[0] % own[0] == 0 else 1
     ones = [hashed_uniform(own if batch > 1 else plan_shape, base + k) for k in range(batch)]
-    image = np.concatenate(ones) if batch > 1 else ones[0]
+    feeds = [{spec.name: x} for x in ones]
+    fed = {spec.name: np.concatenate(ones) if batch > 1 else ones[0]}
+    for i, other in enumerate(program.inputs[1:], 1):  # a model of several inputs (no --batch)
+        fed[other.name] = _seeded_input(other, base + 7919 * i)
+        feeds[0][other.name] = fed[other.name]
     by_node = {n.name: n for n in g.nodes}
     chosen = [n for n in g.nodes if any(o.name in approximated for o in n.outputs)]
     if chosen:
@@ -253,14 +268,14 @@ def start(source: Source, g: Graph, program: Program, tensors: Mapping[str, np.n
     def source_side() -> list[dict[str, np.ndarray]]:
         per_image = [{name: np.ascontiguousarray(x) for name, x in maps(i, cut).items()} for i in range(batch)]
         try:
-            srcs = [source.run({source.inputs[0]: x}, v, also, keep) for x, v in zip(ones, per_image)]
+            srcs = [source.run(x, v, also, keep) for x, v in zip(feeds, per_image)]
         except (MissingValue, NodeFailed) as exc:
             raise SpcError(f"validation: the source graph does not run on a seeded image ({exc})") from None
         return [{k: v for k, v in e.items() if k in keep} for e in srcs]
 
     child = Forked.start(source_side)
     try:
-        host: dict[str, np.ndarray] = {spec.name: image}
+        host: dict[str, np.ndarray] = dict(fed)
         try:
             run_host(program.host_pre, host, dict(tensors))
         except SpcError as exc:
