@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from spc.emulator.numerics import conv2d_device, conv_weight_storage, round_storage
+from spc.kernels import KERNELS
 from spc.ttnn.calls import CALLS
 from spc.ttnn.configs import Activation
 from spc.ttnn.formats import DataFormat
@@ -197,6 +198,4 @@ def topk(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str,
 def kernel(ins: list[torch.Tensor], weights: dict[str, torch.Tensor], a: dict[str, Any]) -> torch.Tensor:
     """A fused kernel: its reference (kernels/), bit-exact with the TT-Lang kernel and with the
     stock calls it replaces."""
-    from spc.kernels import KERNELS
-
     return KERNELS[a["kernel"]].reference(*ins, **a.get("params", {}))

@@ -21,18 +21,19 @@ import sys
 import time
 from typing import Any
 
+import numpy as np
+from PIL import Image
+from skimage import data
+
 
 def _natural(h: int, w: int, torch: Any) -> Any:
-    import numpy as np
-    from PIL import Image
-    from skimage import data
-
     grey = np.asarray(Image.fromarray(data.camera()).resize((w, h)), np.float32) / 255.0
     return torch.from_numpy(grey)
 
 
 def _cases(torch: Any, bf16: Any) -> list[tuple[str, dict[str, Any]]]:
     """Named input sets: each a dict of [H, W] float tensors, values exact in bfloat16."""
+    # torch and what imports it only after run()'s setup_simulator_imports, which rebinds its names
     import torch.nn.functional as F
 
     from spc.kernels.nms import suppress
@@ -63,7 +64,7 @@ def _bits_equal(a: Any, b: Any, torch: Any) -> bool:
 def _show_violations() -> None:
     """tt-lang-sim 1.1.6 reports a kernel's unsupported patterns through a module its wheel lacks
     (ttl/ttl/diagnostics.py), hiding them behind a FileNotFoundError: print them plainly."""
-    import ttl.sim.program as program
+    import ttl.sim.program as program  # the simulator is optional: only this command imports it
 
     program.print_diagnostic_error = lambda func, message, path, line, col: print(
         f"{path}:{line}: {func}: {message}", file=sys.stderr)
@@ -71,13 +72,13 @@ def _show_violations() -> None:
 
 def run() -> list[dict[str, Any]]:
     _show_violations()
-    from ttl.sim.ttlang_sim import setup_simulator_imports
+    from ttl.sim.ttlang_sim import setup_simulator_imports  # optional, as above
 
     setup_simulator_imports()
-    import torch
+    import torch  # after the simulator's set-up, as every torch import of this module
     import ttnn  # the simulator's
 
-    from spc.kernels import KERNELS, nms_ttl
+    from spc.kernels import KERNELS, nms_ttl  # torch: after the simulator's set-up
 
     torch.set_num_threads(1)  # the simulator's small matmuls are slower with BLAS threads here
     bf16, tile = ttnn.bfloat16, ttnn.TILE_LAYOUT
@@ -124,7 +125,7 @@ def _blend(torch: Any, ttnn: Any) -> list[dict[str, Any]]:
     natural image's 8x8 patches, L2-normalised as the descriptor map is; weights as a bilinear
     sample gives them. bfloat16 stored natively here (the simulator otherwise keeps float32)."""
     from spc.emulator.numerics import round_bf16  # bit arithmetic: unaffected by the rebinding
-    from spc.kernels import KERNELS, keypoints_ttl
+    from spc.kernels import KERNELS, keypoints_ttl  # torch: after the simulator's set-up
 
     ttnn.set_disable_float32_promotion(True)
     out = []
@@ -158,7 +159,7 @@ def _corners(torch: Any, ttnn: Any) -> list[dict[str, Any]]:
     """keypoint_corners on positions of a 472x632 window (480x640 minus a 4-pixel border) and of
     a 112x152 one: every 16th run of K = 2048 consecutive positions (ttnn.topk's largest K), so
     every column and many rows, float32."""
-    from spc.kernels import KERNELS, keypoints_ttl
+    from spc.kernels import KERNELS, keypoints_ttl  # torch: after the simulator's set-up
 
     out = []
     for h, w, b in ((480, 640, 4), (120, 160, 4)):

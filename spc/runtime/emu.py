@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import math
 import sys
 from collections.abc import Callable, Mapping
@@ -261,8 +262,6 @@ class PreparedOnce:
         self.prepared = 0  # how many were prepared (the rest were shared)
 
     def __enter__(self) -> PreparedOnce:
-        import hashlib
-
         global prepare_weight
         plain = self._plain = prepare_weight
 

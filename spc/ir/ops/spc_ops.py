@@ -27,7 +27,7 @@ D = dict[str, Any]
 
 
 def _conv2d_infer(ins: list[Value | None], attrs: D) -> list[TensorType] | None:
-    from spc.ir.ops import get
+    from spc.ir.ops import get  # the registry imports this module to register its ops
 
     return get("onnx.Conv").infer_types(ins[:3], attrs)
 
