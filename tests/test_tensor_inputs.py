@@ -19,6 +19,7 @@ from onnx import TensorProto, helper
 
 from spc.cli import main
 from spc.plan.io import read_plan
+from spc.ttnn.formats import DataFormat
 
 N, M, D = 32, 24, 16
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,6 +95,8 @@ def test_compiles_with_the_products_on_the_device(model: tuple[Path, Path]) -> N
     host = {n.op for n in [*program.host_pre, *program.host_post]}
     assert "onnx.LayerNormalization" in host  # its scale is an input: the host's, with one output of three
     assert "onnx.Einsum" not in host
+    # tensors, not an image: uploaded in float32 (bf16 would hold a 160-pixel position to 1/2 pixel)
+    assert program.input_storage == dict.fromkeys([t.name for t in program.device_inputs], DataFormat.FLOAT32)
 
 
 def test_run_matches_onnxruntime(model: tuple[Path, Path], tmp_path: Path) -> None:
@@ -106,7 +109,7 @@ def test_run_matches_onnxruntime(model: tuple[Path, Path], tmp_path: Path) -> No
     ours = np.load(tmp_path / "out.npz")
     ref = dict(zip(["k0", "scores", "matches0", "normed"],
                    ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, x)))
-    np.testing.assert_allclose(ours["k0"], ref["k0"], rtol=1 / 128)  # a bf16 division
+    np.testing.assert_allclose(ours["k0"], ref["k0"], rtol=1 / 128)  # float32 positions, a bf16 quotient
     # on the host in float32, of the device's bf16 projection
     assert np.corrcoef(ours["normed"].ravel(), ref["normed"].ravel())[0, 1] > 0.9999
     assert np.corrcoef(ours["scores"].ravel(), ref["scores"].ravel())[0, 1] > 0.99  # bf16 products
@@ -124,6 +127,18 @@ def test_positional_npz_and_check(model: tuple[Path, Path], tmp_path: Path) -> N
     assert set(report["outputs"]) == {"k0", "scores", "matches0", "normed"}
     assert report["exact"] == ["matches0"] and 0.9 < report["outputs"]["matches0"][0] <= 1
     assert report["outputs"]["k0"][0] > 0.9999 and report["outputs"]["scores"][0] > 0.99
+
+
+def test_per_layer_on_tensor_inputs(model: tuple[Path, Path], tmp_path: Path) -> None:
+    _, plan = model
+    np.savez(tmp_path / "pair.npz", **feeds(2))
+    code, out, err = spc("check", plan, tmp_path / "pair.npz", "--per-layer", "--json")
+    assert code == 0, err
+    (report,) = json.loads(out)
+    tensors = {t["name"]: t for t in report["tensors"]}
+    assert {"kpts0", "desc0", "desc1", "k0", "sim"} <= set(tensors), sorted(tensors)
+    assert tensors["kpts0"]["max_abs"] == 0  # uploaded in float32: the positions as given
+    assert tensors["k0"]["pcc"] > 0.9999 and tensors["sim"]["pcc"] > 0.999
 
 
 def _npz_member(name: str, header_shape: tuple[int, ...], data: bytes) -> tuple[str, bytes]:
@@ -184,8 +199,6 @@ def test_image_options_and_batch_are_refused(model: tuple[Path, Path], tmp_path:
     np.savez(tmp_path / "pair.npz", **feeds())
     code, _, err = spc("run", plan, tmp_path / "pair.npz", "--viz", tmp_path / "v.png")
     one_line_error(code, err, "--viz is offered for image plans")
-    code, _, err = spc("check", plan, tmp_path / "pair.npz", "--per-layer")
-    one_line_error(code, err, "--per-layer compares plans of one input")
     code, _, err = spc("compile", src, "-o", tmp_path / "b.ttplan", "--batch", "2")
     one_line_error(code, err, "--batch 2 batches images, and the model takes 5 inputs")
     assert not (tmp_path / "b.ttplan").exists()

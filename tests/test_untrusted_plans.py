@@ -155,6 +155,10 @@ def first_op(edit: Callable[[dict], None]) -> Edit:
     ("read-back cut wrongly", lambda d: setitem(d, "host_post", [setitem(d["host_post"][0], "attrs", setitem(
         d["host_post"][0]["attrs"], "rows", [[0, 1], [1, 2], [2, 9999]])), *d["host_post"][1:]]),
      "do not cut"),
+    ("an upload format for no input", lambda d: setitem(d, "input_storage", {"nowhere": "float32"}),
+     "not a device input"),
+    ("an upload format ttnn cannot write", lambda d: setitem(d, "input_storage", {
+        d["device_inputs"][0]["name"]: "bfloat8_b"}), "an upload writes bfloat16 or float32"),
     ("a host node makes too few values", lambda d: setitem(d, "host_post", [setitem(d["host_post"][0], "outputs", [
         *d["host_post"][0]["outputs"], "extra"]), *d["host_post"][1:]]), "values, not"),
 ])

@@ -19,6 +19,7 @@ from spc.lowering.emitter import INPUT_DTYPE, Emitter
 from spc.lowering.read_once import read_once
 from spc.lowering.registry import LOWERINGS, device_support, lowering_for
 from spc.plan.program import DeviceTensor, HostNode, Program, TensorSpec
+from spc.ttnn.formats import DataFormat
 from spc.ttnn.layout import DeviceLayout, Form, PlainLayout, layout_of
 
 __all__ = ["LOWERINGS", "Emitter", "find_probes", "lower"]
@@ -35,6 +36,14 @@ def _host_nodes(g: Graph, placement: Placement, consts: dict[str, np.ndarray]) -
         out.append(HostNode(n.op.name, n.name, [None if v is None else v.name for v in n.inputs],
                             [o.name for o in n.outputs], dict(n.attrs)))
     return out
+
+
+def input_storage(g: Graph) -> DataFormat:
+    """The format an upload writes: a model of one input takes an image (compiler.check_input),
+    uploaded in bf16, which holds its pixels to 1/256; a model of several takes tensors
+    (positions, sizes, descriptors), uploaded in float32: bf16 would move a 640-pixel coordinate
+    by up to 2 pixels and an index above 256."""
+    return DataFormat.BFLOAT16 if len(g.inputs) == 1 else DataFormat.FLOAT32
 
 
 def _device_input(v: Value) -> DeviceTensor:
@@ -71,7 +80,7 @@ def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, 
                 t = _device_input(v)
                 device_inputs.append(t)
                 names[id(v)] = v.name
-                em.layouts[v.name], em.dtypes[v.name] = t.layout, INPUT_DTYPE
+                em.layouts[v.name], em.dtypes[v.name] = t.layout, input_storage(g)
                 em.in_dram[v.name], em.tiles[v.name] = True, False
             ins.append(names.get(id(v), v.name))
         low = lowering_for(n.op.name)
@@ -148,6 +157,7 @@ def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, 
                 for role, name in (probes or {}).items() if name in by_name},
         fallback_outputs=fallback_outputs,
         fallback_post=fallback_post,
+        input_storage={t.name: input_storage(g) for t in device_inputs if input_storage(g) is not DataFormat.BFLOAT16},
         constants=em.constants,
         values=values,
     )

@@ -16,7 +16,8 @@ from spc.ttnn.targets import Target
 def dram_peak(program: Program) -> tuple[int, int]:
     """(the most bytes alive at once, the call after which they are)."""
     sizes = {c.name: numel(c.device_shape) * c.dtype.bytes_per_value for c in program.constants}
-    sizes.update({t.name: numel(t.device_shape) * 2 for t in program.device_inputs})  # uploaded as bf16
+    sizes.update({t.name: numel(t.device_shape) * program.input_format(t.name).bytes_per_value
+                  for t in program.device_inputs})
     alive = sum(sizes.values())
     peak, at = alive, -1
     frees = program.frees({t.name for t in program.device_outputs})

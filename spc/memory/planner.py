@@ -113,7 +113,7 @@ def _home(homes: Homes, ops: list[TtOp]) -> None:
 def _homes(ops: list[TtOp], program: Program) -> Homes:
     """Each tensor: (whether it lives in DRAM, its format, its device shape), as its producer
     leaves it (the conv/pool configurations as they are in ``ops``)."""
-    homes: Homes = {t.name: (True, DataFormat.BFLOAT16, list(t.device_shape)) for t in program.device_inputs}
+    homes: Homes = {t.name: (True, program.input_format(t.name), list(t.device_shape)) for t in program.device_inputs}
     for c in program.constants:
         homes[c.name] = (True, c.dtype, list(c.device_shape))
     _home(homes, ops)

@@ -117,7 +117,8 @@ class Walk:
         self.program, self.target = program, target
         self.ledger = Ledger(target)
         self.where: dict[str, Resident] = {t.name: DRAM_RM for t in program.device_inputs}
-        self.sizes: dict[str, float] = {t.name: numel(t.device_shape) * 2.0 for t in program.device_inputs}
+        self.sizes: dict[str, float] = {t.name: numel(t.device_shape) * program.input_format(t.name).bytes_per_value
+                                        for t in program.device_inputs}
         # ``frees``: program.frees(keep) when the caller knows it (the planner's trials share it)
         self.frees = frees if frees is not None else \
             program.frees(keep if keep is not None else {t.name for t in program.device_outputs})

@@ -165,6 +165,13 @@ class Program(Struct):
     # record, never by how names look; tensors not in it are the lowering's own (a fused op's
     # insides, layout and memory copies)
     values: dict[str, DeviceTensor] = field(default_factory=dict)
+    # the device inputs uploaded in another format than bfloat16, by name (a matcher's keypoint
+    # positions: bf16 holds a 640-pixel coordinate to 4 pixels); an image is bf16
+    input_storage: dict[str, DataFormat] = field(default_factory=dict)
+
+    def input_format(self, name: str) -> DataFormat:
+        """The format the upload writes device input ``name`` in."""
+        return self.input_storage.get(name, DataFormat.BFLOAT16)
 
     def frees(self, keep: set[str]) -> list[list[str]]:
         """For each device call, the tensors no later call reads (except ``keep``): what a
@@ -184,6 +191,8 @@ class Program(Struct):
         # the calls have their own spelling: asdict would convert them only to be thrown away
         d = {name: asdict(getattr(self, name)) for name in self.__struct_fields__ if name != "device_ops"}
         d["device_ops"] = [op.to_json() for op in self.device_ops]
+        if not d["input_storage"]:  # an image plan's program.json as before the field existed
+            del d["input_storage"]
         return encode(d)
 
     @staticmethod
@@ -205,6 +214,7 @@ class Program(Struct):
                        for c in d.get("constants", [])],
             roles=d.get("roles", {}),
             values={k: DeviceTensor(**v) for k, v in d.get("values", {}).items()},
+            input_storage={k: DataFormat.parse(v) for k, v in d.get("input_storage", {}).items()},
         )
 
 

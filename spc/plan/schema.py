@@ -254,6 +254,7 @@ class ProgramJSON(_Strict):
     constants: Annotated[list[DeviceConstantJSON], Meta(max_length=4096)] = []
     roles: dict[Name, dict[Annotated[str, Meta(max_length=64)], Scalar | list[Scalar]]] = {}
     values: Annotated[dict[Name, DeviceTensorJSON], Meta(max_length=MAX_CALLS + 64)] = {}
+    input_storage: Annotated[dict[Name, Format], Meta(max_length=64)] = {}
 
 
 class SourceJSON(_Strict):

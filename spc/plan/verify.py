@@ -38,6 +38,7 @@ from spc.plan.program import HostNode, Program, TensorSpec, TtOp, encode
 from spc.plan.schema import MAX_ELEMENTS
 from spc.ttnn.calls import CALLS, ShapeError
 from spc.ttnn.calls.definition import axis as checked_axis
+from spc.ttnn.formats import DataFormat
 
 DEVICE_WEIGHT_DTYPES = (np.float32,)
 _UNKNOWN = object()  # a host value whose type only the run can tell
@@ -80,6 +81,12 @@ def _layouts(program: Program) -> None:
         if _numel(t.shape) != _numel(t.device_shape):
             raise SpcError(f"device tensor {t.name}: its shape {list(t.shape)} and device shape "
                            f"{list(t.device_shape)} hold different numbers of values")
+    uploaded = {t.name for t in program.device_inputs}
+    for name, fmt in program.input_storage.items():
+        if name not in uploaded:
+            raise SpcError(f"input_storage names {name}, which is not a device input")
+        if fmt not in (DataFormat.BFLOAT16, DataFormat.FLOAT32):
+            raise SpcError(f"device input {name}: uploaded as {fmt.value}; an upload writes bfloat16 or float32")
 
 
 def _device(program: Program, weights: dict[str, np.ndarray]) -> dict[str, list[int]]:

@@ -143,7 +143,7 @@ class EmuProgram:
             raise SpcError(f"plan is missing the constant {exc}") from None
         # the format each tensor's values are known to be stored in (round_storage leaves them as they
         # are): the device inputs as run() stores them, the constants, then each call's results
-        stored_in: dict[str, DataFormat | None] = {t.name: DataFormat.BFLOAT16 for t in program.device_inputs}
+        stored_in: dict[str, DataFormat | None] = {t.name: program.input_format(t.name) for t in program.device_inputs}
         stored_in.update({c.name: c.dtype for c in program.constants})
         for op in program.device_ops:
             emulation = emulations.calls.get(op.op)
@@ -177,7 +177,7 @@ class EmuProgram:
 
     def run(self, inputs: dict[str, np.ndarray], read: list[str]) -> dict[str, np.ndarray]:
         env = {k: round_storage(torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)),
-                                  DataFormat.BFLOAT16)
+                                  self.program.input_format(k))
                for k, v in inputs.items()}
         env.update(self.constants)
         for i, call in enumerate(self.calls):

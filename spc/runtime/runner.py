@@ -16,7 +16,7 @@ from spc.errors import SpcError
 from spc.ir.ops.keypoints import KeypointOverflow
 from spc.ir.types import DType
 from spc.plan.io import Plan
-from spc.plan.program import TensorSpec
+from spc.plan.program import Program, TensorSpec
 from spc.runtime.backend import get_backend
 from spc.runtime.host import run_host
 
@@ -51,6 +51,34 @@ def _check_output(spec: TensorSpec, value: np.ndarray) -> None:
         raise SpcError(f"output {spec.name}: made as {a.dtype}{list(a.shape)}, but the plan declares "
                        f"{spec.dtype}{list(spec.shape)} (as the ONNX model declares it, if it does: then the "
                        "model's declared output type is wrong; fix it, or declare the size dynamic, and recompile)")
+
+
+def feeds_of(program: Program, x: np.ndarray | Mapping[str, np.ndarray], n: int = 1) -> dict[str, np.ndarray]:
+    """Each plan input by name, of its declared shape (on N chips, N of them stacked on axis 0)
+    and carried as its element type is on the host (a float image as float32)."""
+    specs = program.inputs
+    if not isinstance(x, Mapping):
+        if len(specs) != 1:
+            raise SpcError(f"the plan takes {len(specs)} inputs ({', '.join(s.name for s in specs)}); "
+                           "give them by name")
+        x = {specs[0].name: x}
+    unknown = sorted(set(x) - {s.name for s in specs})
+    missing = [s.name for s in specs if s.name not in x]
+    if unknown or missing:
+        raise SpcError(f"the plan's inputs are {', '.join(s.name for s in specs)}"
+                       + (f"; missing {', '.join(missing)}" if missing else "")
+                       + (f"; not inputs: {', '.join(unknown)}" if unknown else ""))
+    out = {}
+    for spec in specs:
+        a = np.asarray(x[spec.name])
+        shape = [int(d) for d in spec.shape]
+        want = [shape[0] * n, *shape[1:]] if n > 1 else shape
+        if list(a.shape) != want:
+            chips = f" on each of its {n} chips: {want}, the chips' inputs stacked on axis 0" if n > 1 else ""
+            raise SpcError(f"input shape {list(a.shape)} does not match the plan's {spec.name} {spec.shape}{chips}")
+        out[spec.name] = a.astype(DType(spec.dtype).host_numpy)
+    return out
+
 
 
 class Runner:
@@ -119,31 +147,7 @@ class Runner:
                          seconds, results)
 
     def _feeds(self, x: np.ndarray | Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Each plan input by name, of its declared shape (on N chips, N of them stacked on axis 0)
-        and carried as its element type is on the host (a float image as float32)."""
-        specs = self.program.inputs
-        if not isinstance(x, Mapping):
-            if len(specs) != 1:
-                raise SpcError(f"the plan takes {len(specs)} inputs ({', '.join(s.name for s in specs)}); "
-                               "give them by name")
-            x = {specs[0].name: x}
-        unknown = sorted(set(x) - {s.name for s in specs})
-        missing = [s.name for s in specs if s.name not in x]
-        if unknown or missing:
-            raise SpcError(f"the plan's inputs are {', '.join(s.name for s in specs)}"
-                           + (f"; missing {', '.join(missing)}" if missing else "")
-                           + (f"; not inputs: {', '.join(unknown)}" if unknown else ""))
-        n = self.chips
-        out = {}
-        for spec in specs:
-            a = np.asarray(x[spec.name])
-            shape = [int(d) for d in spec.shape]
-            want = [shape[0] * n, *shape[1:]] if n > 1 else shape
-            if list(a.shape) != want:
-                chips = f" on each of its {n} chips: {want}, the chips' inputs stacked on axis 0" if n > 1 else ""
-                raise SpcError(f"input shape {list(a.shape)} does not match the plan's {spec.name} {spec.shape}{chips}")
-            out[spec.name] = a.astype(DType(spec.dtype).host_numpy)
-        return out
+        return feeds_of(self.program, x, self.chips)
 
     def _parts(self, got: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
         """The device's results, the chips' stacked on axis 0, as each chip's own."""

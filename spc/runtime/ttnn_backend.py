@@ -226,11 +226,12 @@ class TtnnProgram:
         t = self.ttnn
         for spec in self.program.device_inputs:
             shape = [spec.device_shape[0] * self.chips, *spec.device_shape[1:]]
+            fmt = getattr(t, self.program.input_format(spec.name).value)  # ttnn.bfloat16, ttnn.float32
             host = t.Tensor(np.ascontiguousarray(inputs[spec.name], dtype=np.float32).reshape(shape),
-                            data_type=t.bfloat16, layout=t.ROW_MAJOR_LAYOUT, **self._mapper(replicate=False))
+                            data_type=fmt, layout=t.ROW_MAJOR_LAYOUT, **self._mapper(replicate=False))
             if spec.name not in self.inputs:  # persistent: a trace reads its input from a fixed buffer
                 self.inputs[spec.name] = self.call("allocate_tensor_on_device", shape=t.Shape(spec.device_shape),
-                                                   dtype=t.bfloat16, layout=t.ROW_MAJOR_LAYOUT,
+                                                   dtype=fmt, layout=t.ROW_MAJOR_LAYOUT,
                                                    mesh_device=self.device, memory_config=t.DRAM_MEMORY_CONFIG)
             self.call("copy_host_to_device_tensor", host_tensor=host, device_tensor=self.inputs[spec.name],
                       cq_id=t.QueueId(queue))

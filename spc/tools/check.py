@@ -34,16 +34,15 @@ def check_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | Non
 
 def per_layer_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | None, min_pcc: float | None,
                     allow_nonfinite: bool = False) -> list[PerLayerReport]:
-    if len(plan.program.inputs) > 1:
-        raise SpcError(f"{plan_path}: --per-layer compares plans of one input (an image); this one takes "
-                       f"{len(plan.program.inputs)}: compare its outputs without --per-layer")
     if images_per_chip(plan.program) > 1:
         raise SpcError(f"{plan_path}: --per-layer compares plans that run one image; this one runs "
                        f"{images_per_chip(plan.program)} at a time (--batch): compile the model without --batch to see "
                        "where it departs from onnxruntime (a batch plan computes each image as that plan does: "
                        "docs/batch.md)")
     shape = [int(d) for d in plan.program.inputs[0].shape]
-    arrays = [load_input(f, shape, allow_nonfinite) for f in files]  # every input checked before the first run
+    # every input checked before the first run
+    arrays: list = ([read_npz(f, input_specs(plan), allow_nonfinite) for f in files] if len(plan.program.inputs) > 1
+                    else [load_input(f, shape, allow_nonfinite) for f in files])
     return [per_layer(plan, plan_path, x, onnx, f.name, min_pcc) for f, x in zip(files, arrays)]
 
 

@@ -99,7 +99,7 @@ def main(argv):
     device = ttnn.open_device(device_id=0, l1_small_size={l1_small}, trace_region_size=0)
     try:
         x = np.load(input_path).astype(np.float32)
-        inputs = ttnn.to_device(ttnn.Tensor(x, data_type=ttnn.bfloat16, layout=ttnn.ROW_MAJOR_LAYOUT), device)
+        inputs = ttnn.to_device(ttnn.Tensor(x, data_type={input_format}, layout=ttnn.ROW_MAJOR_LAYOUT), device)
         outputs = forward(device, weights, {{}}, inputs)
         np.savez(output_path, **{{name: read(tensor) for name, tensor in outputs.items()}})
     finally:
@@ -337,7 +337,8 @@ def emit_py(plan: Plan) -> str:
         input=literal((x.name, _shape(x.device_shape))),
         outputs=literal([t.name for t in p.device_outputs]),
         names=literal(names.opaque), blocks=literal(blocks))
-    text = header + "\n" + "\n".join(lines) + "\n" + _MAIN.format(l1_small=literal(int(L1_SMALL_BYTES)))
+    text = header + "\n" + "\n".join(lines) + "\n" + _MAIN.format(l1_small=literal(int(L1_SMALL_BYTES)),
+                                                                     input_format=p.input_format(x.name).ttnn)
     try:
         compile(text, "program.py", "exec", dont_inherit=True)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:

@@ -116,7 +116,7 @@ def plan_report(plan: Plan, plan_file: str = "") -> PlanReport:
                     device_seconds(r.seconds) / total,
                     r.placed.live_before)
             for i, r in enumerate(records)]
-    h2d = sum(numel(t.device_shape) * 2 for t in p.device_inputs)  # uploaded as bf16
+    h2d = sum(int(numel(t.device_shape) * p.input_format(t.name).bytes_per_value) for t in p.device_inputs)
     d2h = sum(int(numel(t.device_shape) * dtypes.get(t.name, DataFormat.BFLOAT16).bytes_per_value)
               for t in p.device_outputs)
     preset = plan.manifest.get("options", {}).get("precision", {})

@@ -23,6 +23,7 @@ peaks), so with one conv planted at LoFi + bfloat8_b weights the NMS grows the e
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ from spc.plan.io import Plan
 from spc.plan.program import DeviceTensor, Program, TtOp
 from spc.records import asdict
 from spc.runtime.host import run_host
+from spc.runtime.runner import feeds_of
 from spc.tuning.comparison import find_source
 
 if TYPE_CHECKING:
@@ -166,15 +168,17 @@ class _Reference:
                            f"{str(exc).splitlines()[0][:200]}") from None
         self.names = [o.name for o in self.session.get_outputs()]
 
-    def run(self, x: np.ndarray) -> dict[str, np.ndarray]:
-        if len(self.inputs) != 1:
-            raise SpcError(f"the source ONNX has {len(self.inputs)} inputs; spc compiles models with one")
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``feeds``: the plan's inputs by name, which are the source's (the plan was made from it)."""
+        if sorted(self.inputs) != sorted(feeds):
+            raise SpcError(f"the source ONNX takes {', '.join(self.inputs)}; the plan {', '.join(feeds)}: "
+                           "give the ONNX the plan was compiled from (--onnx)")
         try:
-            got = dict(zip(self.names, self.session.run(None, {self.inputs[0]: x})))
+            got = dict(zip(self.names, self.session.run(None, feeds)))
         except Exception as exc:  # onnxruntime's own types: a shape or type the model does not take
-            raise SpcError(f"onnxruntime refuses the input {x.dtype}{list(x.shape)}: "
-                           f"{str(exc).splitlines()[0][:200]}") from None
-        got[self.inputs[0]] = x
+            shapes = ", ".join(f"{k} {v.dtype}{list(v.shape)}" for k, v in feeds.items())
+            raise SpcError(f"onnxruntime refuses the input(s) {shapes}: {str(exc).splitlines()[0][:200]}") from None
+        got.update(feeds)
         return got
 
 
@@ -198,26 +202,24 @@ def _ir_nodes(plan: Plan) -> dict[str, tuple[str, str, str]]:
     return out
 
 
-def per_layer(plan: Plan, plan_path: Path, x: np.ndarray, onnx: Path | None, name: str = "input",
-              min_pcc: float | None = None) -> PerLayerReport:
+def per_layer(plan: Plan, plan_path: Path, x: np.ndarray | Mapping[str, np.ndarray], onnx: Path | None,
+              name: str = "input", min_pcc: float | None = None) -> PerLayerReport:
     """Compare every device tensor of ``plan`` that holds an ONNX value with onnxruntime's value,
-    on the model input ``x`` (the plan's input shape); ``onnx``: the source, else found next to
-    the plan (tuning/comparison.py find_source)."""
+    on the model input ``x`` (the plan's input shape; a plan of several inputs takes them by
+    name); ``onnx``: the source, else found next to the plan (tuning/comparison.py find_source)."""
     from spc.runtime.emu import EmuProgram  # torch (~0.9 s): spc check on ttnn imports this module, runs no emulator
 
     p = plan.program
     if not p.values:
         raise SpcError("the plan has no record of which device tensor holds which model value "
                        "(compiled by an older spc); recompile it")
-    spec = p.inputs[0]
-    if list(x.shape) != [int(d) for d in spec.shape]:
-        raise SpcError(f"input shape {list(x.shape)} does not match the plan's {spec.name} {spec.shape}")
+    feeds = feeds_of(p, x)
     src = find_source(plan, plan_path, onnx)
     report = PerLayerReport(name, DEFAULT_MIN_PCC if min_pcc is None else min_pcc)
 
     # the device side: one run of the emulator, reading every recorded tensor and every other one
     # a block reads from outside itself (what the blocks' own runs below start from)
-    env: dict[str, np.ndarray] = {spec.name: x.astype(np.float32)}
+    env: dict[str, np.ndarray] = dict(feeds)
     run_host(p.host_pre, env, plan.weights)
     device_in = {t.name: t.layout.to_device(env[t.name]) for t in p.device_inputs}
     made_by = {r: i for i, op in enumerate(p.device_ops) for r in op.results}
@@ -226,7 +228,7 @@ def per_layer(plan: Plan, plan_path: Path, x: np.ndarray, onnx: Path | None, nam
     try:
         got = emu.run(device_in, sorted(recorded | _read_across(p) - set(emu.constants)))
         ref_side = _Reference(src, list(p.values))
-        ref = ref_side.run(x)
+        ref = ref_side.run(feeds)
 
         nodes = _ir_nodes(plan)
         report.internal = sum(1 for r in made_by if r not in recorded)
@@ -236,7 +238,7 @@ def per_layer(plan: Plan, plan_path: Path, x: np.ndarray, onnx: Path | None, nam
             call = made_by.get(t.name, -1)
             op, block, precision = nodes.get(value, ("", "", ""))
             if call < 0:  # the model's input or what the host stage made: float32, stored as the device reads it
-                op, block, precision = op or "(input)", INPUT_BLOCK, "out:bfloat16"
+                op, block, precision = op or "(input)", INPUT_BLOCK, f"out:{p.input_format(t.name).value}"
             else:  # as the blocks below are keyed
                 block = _block(p.device_ops[call])
             if value in ref_side.missing:
