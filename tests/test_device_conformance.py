@@ -125,6 +125,7 @@ def run_on_device(case, parameters_from: int) -> list[np.ndarray]:
     program, tensors = lower(g, {}, compact=False)
     prepared = EmuBackend().prepare(program, tensors)
     feeds = {v.name: np.asarray(x) for v, x in zip(g.inputs, inputs)}
+    run_host(program.host_pre, feeds, dict(tensors))  # several inputs: its spc.Pack makes the one upload
     dev_in = {t.name: t.layout.to_device(feeds[t.name].astype(np.float32)) for t in program.device_inputs}
     got = prepared.run(dev_in, [t.name for t in program.device_outputs])
     env = {t.name: t.to_host(got[t.name]) for t in program.device_outputs}

@@ -95,6 +95,9 @@ def test_compiles_with_the_products_on_the_device(model: tuple[Path, Path]) -> N
     host = {n.op for n in [*program.host_pre, *program.host_post]}
     assert "onnx.LayerNormalization" in host  # its scale is an input: the host's, with one output of three
     assert "onnx.Einsum" not in host
+    # one upload per run: the host packs the inputs, the device's first calls cut them back
+    assert len(program.device_inputs) == 1 and program.host_pre[-1].op == "spc.Pack"
+    assert {op.output for op in program.device_ops[:16]} >= {"kpts0", "size0", "desc0", "desc1"}
     # tensors, not an image: uploaded in float32 (bf16 would hold a 160-pixel position to 1/2 pixel)
     assert program.input_storage == dict.fromkeys([t.name for t in program.device_inputs], DataFormat.FLOAT32)
 

@@ -18,6 +18,7 @@ from spc.lowering import readback
 from spc.lowering.emitter import INPUT_DTYPE, Emitter
 from spc.lowering.read_once import read_once
 from spc.lowering.registry import LOWERINGS, device_support, lowering_for
+from spc.lowering.upload_once import upload_once
 from spc.plan.program import DeviceTensor, HostNode, Program, TensorSpec
 from spc.ttnn.formats import DataFormat
 from spc.ttnn.layout import DeviceLayout, Form, PlainLayout, layout_of
@@ -112,6 +113,7 @@ def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, 
         for o, name in zip(n.outputs, outs):
             names[id(o)] = name
     consts.update(em.weights)
+    uploaded, pack = upload_once(em, device_inputs)
     readers = [n for n in g.nodes if n.placement is Placement.HOST_POST]
     leaving = {id(v) for n in readers for v in n.inputs if v is not None} | {id(v) for v in g.outputs}
     device_outputs = [_device_output(em, o, names[id(o)]) for n in device for o in n.outputs if id(o) in leaving]
@@ -148,8 +150,8 @@ def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, 
     program = Program(
         inputs=[TensorSpec(v.name, v.type.dtype.value, list(v.type.shape)) for v in g.inputs],
         outputs=[TensorSpec(v.name, v.type.dtype.value, list(v.type.shape)) for v in g.outputs],
-        host_pre=_host_nodes(g, Placement.HOST_PRE, consts),
-        device_inputs=device_inputs,
+        host_pre=[*_host_nodes(g, Placement.HOST_PRE, consts), *pack],
+        device_inputs=uploaded,
         device_ops=em.ops,
         device_outputs=device_outputs,
         host_post=host_post,
@@ -157,7 +159,7 @@ def lower(g: Graph, probes: dict[str, str] | None = None, compact: bool = True, 
                 for role, name in (probes or {}).items() if name in by_name},
         fallback_outputs=fallback_outputs,
         fallback_post=fallback_post,
-        input_storage={t.name: input_storage(g) for t in device_inputs if input_storage(g) is not DataFormat.BFLOAT16},
+        input_storage={t.name: input_storage(g) for t in uploaded if input_storage(g) is not DataFormat.BFLOAT16},
         constants=em.constants,
         values=values,
     )

@@ -190,3 +190,27 @@ def _unpack(ins: A, attrs: D) -> list[np.ndarray]:
     width = _width(x.size, parts)
     return [as_ir_value(x[a * width:b * width].reshape(device_shape), form, shape, dtype)
             for a, b, device_shape, shape, form, dtype in parts]
+
+
+def _pack_infer(ins: list[Value | None], attrs: D) -> list[TensorType]:
+    parts, width = _parts(attrs), int(attrs["width"])
+    if len(parts) != len(ins) or width < 1:
+        raise ValueError(f"spc.Pack: {len(ins)} inputs, {len(parts)} parts, width {width}")
+    for (a, b, device_shape, *_), x in zip(parts, ins):
+        held = x is None or not x.type.is_static or math.prod(x.type.static_shape) == math.prod(device_shape)
+        if (b - a) * width < math.prod(device_shape) or not held:
+            raise ValueError(f"spc.Pack: rows {a}..{b} of {width} values do not hold a {device_shape} tensor")
+    return [TensorType(DType.F32, (1, 1, max(b for _, b, *_ in parts), width))]
+
+
+@register("spc.Pack", _pack_infer, arity=(1, 64))
+def _pack(ins: A, attrs: D) -> list[np.ndarray]:
+    """The device inputs one upload carries (lowering/upload_once.py): each in its device layout,
+    flattened, from its first row (``rows``) of ``width`` values, the rest of its last row zeros."""
+    parts, width = _parts(attrs), int(attrs["width"])
+    out = np.zeros((1, 1, max(b for _, b, *_ in parts), width), np.float32)
+    flat = out.reshape(-1)
+    for (a, _, _, shape, form, _), x in zip(parts, ins):
+        y = layout_of(Form(form), shape).to_device(np.asarray(x, np.float32))
+        flat[a * width:a * width + y.size] = y.reshape(-1)
+    return [out]
