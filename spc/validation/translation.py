@@ -263,7 +263,8 @@ def start(source: Source, g: Graph, program: Program, tensors: Mapping[str, np.n
                                      convs[k][0] in folds) for k in keys}
 
     cut = [k for k in convs if k in used or convs[k][0] in read]
-    keep = set(program.values) | set(source.outputs)  # what is compared: all the child hands back
+    values = compared_values(program, g)
+    keep = set(values) | set(source.outputs)  # what is compared: all the child hands back
 
     def source_side() -> list[dict[str, np.ndarray]]:
         per_image = [{name: np.ascontiguousarray(x) for name, x in maps(i, cut).items()} for i in range(batch)]
@@ -284,7 +285,7 @@ def start(source: Source, g: Graph, program: Program, tensors: Mapping[str, np.n
         drawn = [maps(i, [k for k in cut if k in used]) for i in range(batch)]
         given = {k: DeviceLayout.of(_times(convs[k][1], batch)).to_device(
             np.concatenate([v[convs[k][0]] for v in drawn]) if batch > 1 else drawn[0][convs[k][0]]) for k in used}
-        dev = run_device(program, tensors, dev_in, wanted, given, calls, {t.name for t in program.values.values()})
+        dev = run_device(program, tensors, dev_in, wanted, given, calls, {t.name for t in values.values()})
     except BaseException:
         if child is not None:
             child.cancel()
@@ -352,6 +353,28 @@ class Pending(Struct):
             verdict.departure = windows
         verdict.seconds = self.seconds + time.perf_counter() - t0
         return verdict
+
+
+# the bytes of the values each run keeps for the comparison, at most (each of two processes): a
+# matcher's attention grows with the square of its keypoints (LightGlue's compile at 512 / 1024 /
+# 2048 per image: 2.7 / 6.5 GB resident, then killed for memory on a 24 GB machine)
+KEEP_BYTES = 4 << 30
+
+
+def compared_values(program: Program, g: Graph) -> dict[str, DeviceTensor]:
+    """The IR values compared one by one: every one the device holds, or where they would take
+    more than KEEP_BYTES, the fused ops' (where a fusion is dropped from) as long as they fit; the
+    model's outputs are compared in every case."""
+    size = {k: 4 * math.prod(int(d) for d in t.shape) for k, t in program.values.items()}
+    if sum(size.values()) <= KEEP_BYTES:
+        return dict(program.values)
+    fused = {o.name for n in g.nodes if n.op.name.startswith("spc.") for o in n.outputs}
+    out: dict[str, DeviceTensor] = {}
+    total = 0
+    for k, t in program.values.items():
+        if k in fused and total + size[k] <= KEEP_BYTES:
+            out[k], total = t, total + size[k]
+    return out
 
 
 BETWEEN_CAP = 1_500_000  # cut elements a convolution's input may need to be computed and compared
