@@ -138,37 +138,27 @@ def _transposing_model(path: Path) -> Path:
     return path
 
 
-def test_a_planted_wrong_lowering_outside_any_fusion_refuses_the_model(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """No fusion to drop: a bug, reported as such with the node and the tensor, and no plan."""
+@pytest.mark.parametrize("budget", [None, 0])
+def test_a_planted_wrong_lowering_outside_any_fusion_refuses_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       budget: int | None) -> None:
+    """No fusion to drop: a bug, reported as such with the node and the tensor, and no plan. Past
+    the keep budget (0) only the fused ops' values are compared one by one: the wrong lowering
+    still departs, at the model's outputs."""
     model = _transposing_model(tmp_path / "t.onnx")
-    monkeypatch.setitem(registry.LOWERINGS, "onnx.Transpose", _swap_permute("onnx.Transpose", "ttnn.permute",
-                                                                            [0, 3, 1, 2]))
-    out = tmp_path / "t.ttplan"
-    with pytest.raises(SpcError, match=r"spc bug: the plan departs from the model at %out \(onnx\.Transpose"):
-        compile_onnx(model, out)
-    assert not out.exists()
-    monkeypatch.undo()
-    compile_onnx(model, out)  # the real lowering holds
-    x = np.random.default_rng(6).random((1, 1, 4, 6), dtype=np.float32)
-    np.testing.assert_allclose(_run(out, x), _ort(model, x), atol=0.05, rtol=0.02)
-
-
-def test_values_too_large_to_keep_are_still_checked_at_the_outputs(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past the keep budget only the fused ops' values are compared one by one: a wrong lowering
-    still departs at the model's outputs, and a right one compiles."""
-    model = _transposing_model(tmp_path / "t.onnx")
-    monkeypatch.setattr(translation, "KEEP_BYTES", 0)
+    if budget is not None:
+        monkeypatch.setattr(translation, "KEEP_BYTES", budget)
     real = registry.lowering_for("onnx.Transpose")
     monkeypatch.setitem(registry.LOWERINGS, "onnx.Transpose", _swap_permute("onnx.Transpose", "ttnn.permute",
                                                                             [0, 3, 1, 2]))
     out = tmp_path / "t.ttplan"
-    with pytest.raises(SpcError, match=r"spc bug: the plan departs from the model"):
+    where = r" at %out \(onnx\.Transpose" if budget is None else ""
+    with pytest.raises(SpcError, match=r"spc bug: the plan departs from the model" + where):
         compile_onnx(model, out)
     assert not out.exists()
     monkeypatch.setitem(registry.LOWERINGS, "onnx.Transpose", real)
-    compile_onnx(model, out)
+    compile_onnx(model, out)  # the real lowering holds
+    x = np.random.default_rng(6).random((1, 1, 4, 6), dtype=np.float32)
+    np.testing.assert_allclose(_run(out, x), _ort(model, x), atol=0.05, rtol=0.02)
 
 
 def test_no_verify_is_recorded_in_the_manifest(tmp_path: Path) -> None:
