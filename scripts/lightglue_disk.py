@@ -12,7 +12,8 @@ outputs matches0 [1, K] and matching_scores0 [1, K]. The package is loaded witho
 
 Each pair is synthetic and seeded: image 1's keypoints are image 0's permuted and moved by 1 px,
 their descriptors image 0's with noise, a quarter of them replaced by unrelated points. The
-match-set F1 counts a match (i, matches0[i]) as found when both sides return it.
+match-set F1 (spc/tuning/metrics.py: index_set_f1, as `spc check` prints it) counts a match
+(i, matches0[i]) as found when both sides return it.
 """
 
 from __future__ import annotations
@@ -92,12 +93,6 @@ def pair(k: int, seed: int) -> dict[str, np.ndarray]:
             "size0": size, "size1": size}
 
 
-def match_f1(ours: np.ndarray, ref: np.ndarray) -> float:
-    a = {(i, int(j)) for i, j in enumerate(ours.ravel()) if j >= 0}
-    b = {(i, int(j)) for i, j in enumerate(ref.ravel()) if j >= 0}
-    return 1.0 if not a and not b else 2 * len(a & b) / (len(a) + len(b))
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keypoints", type=int, default=512)
@@ -106,6 +101,8 @@ def main() -> int:
     ap.add_argument("--no-mock", action="store_true", help="skip the mock p150 run")
     args = ap.parse_args()
     import onnxruntime as ort
+
+    from spc.tuning.metrics import index_set_f1
 
     args.work.mkdir(parents=True, exist_ok=True)
     src = args.work / f"lightglue_disk_{args.keypoints}.onnx"
@@ -130,7 +127,7 @@ def main() -> int:
             sys.exit(done.stderr.strip())
         ours = np.load(out)
         ref = dict(zip(["matches0", "matching_scores0"], session.run(None, feeds)))
-        f1 = match_f1(ours["matches0"], ref["matches0"])
+        f1 = index_set_f1(ours["matches0"], ref["matches0"])
         equal = float((ours["matches0"] == ref["matches0"]).mean())
         pcc = float(np.corrcoef(ours["matching_scores0"].ravel(), ref["matching_scores0"].ravel())[0, 1])
         print(f"| {seed} | {int((ours['matches0'] >= 0).sum())} / {int((ref['matches0'] >= 0).sum())} "

@@ -585,7 +585,8 @@ def bench(plan: Path, inputs: tuple[Path, ...], backend: str, frames: int, no_tr
               help="compare with onnxruntime on another export of the same network instead of the source "
                    "(a --batch plan against HF's batch-B export: spc export --batch B)")
 @_JSON
-@click.option("--min-f1", type=float, default=None, help="exit 1 if any image's keypoint F1 is lower")
+@click.option("--min-f1", type=float, default=None,
+              help="exit 1 if any input's keypoint F1 is lower (a matcher: its match-set F1)")
 @click.option("--min-pcc", type=float, default=None,
               help="exit 1 if any score/descriptor PCC is lower (--per-layer: any tensor's; marks the first)")
 @click.option("--per-layer", is_flag=True,
@@ -634,7 +635,7 @@ def check(plan: Path, inputs: tuple[Path, ...], onnx_path: Path | None, referenc
     else:
         print_reports(reports)
     # a measure the model has no outputs for (F1 of a model without keypoints) is not a failure
-    failed = [r for r in reports if (min_f1 is not None and r.f1 < min_f1) or
+    failed = [r for r in reports if (min_f1 is not None and r.worst_f1() < min_f1) or
               (min_pcc is not None and r.worst_pcc() < min_pcc)]
     if failed:
         click.echo(f"spc: check failed on {len(failed)} of {len(reports)} input(s): "

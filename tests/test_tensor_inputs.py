@@ -129,6 +129,10 @@ def test_positional_npz_and_check(model: tuple[Path, Path], tmp_path: Path) -> N
     (report,) = json.loads(out)
     assert set(report["outputs"]) == {"k0", "scores", "matches0", "normed"}
     assert report["exact"] == ["matches0"] and 0.9 < report["outputs"]["matches0"][0] <= 1
+    equal, _, f1 = report["outputs"]["matches0"]
+    assert f1 == pytest.approx(equal)  # ArgMax: every row matched, so the set F1 is the share equal
+    code, _, err = spc("check", plan, tmp_path / "pos.npz", "--min-f1", "1.01")  # the match set is the bar
+    assert code == 1 and "check failed on 1 of 1" in err
     assert report["outputs"]["k0"][0] > 0.9999 and report["outputs"]["scores"][0] > 0.99
 
 

@@ -65,10 +65,12 @@ def print_reports(reports: list[ImageReport]) -> None:
     others = sorted({name for r in reports for name in r.outputs})
     exact = {name for r in reports for name in r.exact}
     for name in others:
-        table.add_column(f"{name} equal / differing" if name in exact else f"{name} PCC / max diff", justify="right")
+        table.add_column(f"{name} equal / differing / set F1" if name in exact else f"{name} PCC / max diff",
+                         justify="right")
     for r in reports:
         kp = f"{r.keypoints}/{r.ref_keypoints}" if r.keypoints_from else "-"
-        cells = [("-" if n not in r.outputs else f"{_f(r.outputs[n][0], 5)} / {r.outputs[n][1]:.0f}" if n in exact
+        cells = [("-" if n not in r.outputs else
+                  f"{_f(r.outputs[n][0], 5)} / {r.outputs[n][1]:.0f} / {_f(r.outputs[n][2], 4)}" if n in exact
                   else f"{_f(r.outputs[n][0], 5)} / {_f(r.outputs[n][1], 3)}") for n in others]
         keypoint_cells = [_f(r.precision, 4), _f(r.recall, 4), _f(r.f1, 4), _f(r.descriptor_cosine, 5), kp]
         map_cells = [_f(r.score_pcc, 5), _f(r.descriptor_pcc, 5)] if maps else []

@@ -33,7 +33,7 @@ from spc.runtime.backend import PreparedProgram
 from spc.runtime.batches import fill, groups, image_of
 from spc.runtime.extraction import frame_keypoints, score_map_from_logits
 from spc.runtime.runner import Runner, RunResult
-from spc.tuning.metrics import keypoint_agreement, pcc
+from spc.tuning.metrics import index_set_f1, keypoint_agreement, pcc
 
 NAN = float("nan")
 # onnxruntime's input type names -> numpy
@@ -53,7 +53,8 @@ class ImageReport(Struct):
     keypoints: int
     ref_keypoints: int
     # outputs without a keypoint or map role: name -> [PCC, largest absolute difference], or for
-    # integer outputs (in ``exact``) [share of equal elements, count of differing ones]
+    # integer outputs (in ``exact``) [share of equal elements, count of differing ones, F1 of their
+    # entries >= 0 as (position, value) pairs: a matcher's match set]
     outputs: dict[str, list[float]] = field(default_factory=dict)
     keypoints_from: str = ""  # "outputs" | runtime/extraction.py's STANDARD | "" (none)
     exact: list[str] = field(default_factory=list)
@@ -62,8 +63,16 @@ class ImageReport(Struct):
         return asdict(self)
 
     def worst_pcc(self) -> float:
-        values = [v for v in (self.score_pcc, self.descriptor_pcc, *(p for p, _ in self.outputs.values()))
+        values = [v for v in (self.score_pcc, self.descriptor_pcc, *(o[0] for o in self.outputs.values()))
                   if not math.isnan(v)]
+        return min(values) if values else NAN
+
+    def worst_f1(self) -> float:
+        """The keypoint F1, or where the model has no keypoints the lowest match-set F1 of its
+        integer outputs (NaN: neither)."""
+        if not math.isnan(self.f1):
+            return self.f1
+        values = [self.outputs[name][2] for name in self.exact if len(self.outputs.get(name, [])) > 2]
         return min(values) if values else NAN
 
 
@@ -149,7 +158,8 @@ def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[s
         if same and not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(b.dtype, np.floating):
             # indices and counts (a matcher's matches): equal or not, a correlation means nothing
             equal = a == b
-            generic[out] = [float(equal.mean()) if a.size else 1.0, float(np.count_nonzero(~equal))]
+            generic[out] = [float(equal.mean()) if a.size else 1.0, float(np.count_nonzero(~equal)),
+                            index_set_f1(a, b)]
             exact.append(out)
             continue
         generic[out] = [pcc(a, b) if same else NAN,

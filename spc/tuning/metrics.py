@@ -16,6 +16,16 @@ def pcc(a: np.ndarray, b: np.ndarray) -> float:
     return float((x * y).sum() / den)
 
 
+def index_set_f1(a: np.ndarray, b: np.ndarray) -> float:
+    """F1 of the (position, value) pairs of two index maps where the value is >= 0 (-1: none): a
+    matcher's matches0 as a set of matches; 1 when neither has any."""
+    ours = {(i, int(v)) for i, v in enumerate(np.asarray(a).ravel()) if v >= 0}
+    theirs = {(i, int(v)) for i, v in enumerate(np.asarray(b).ravel()) if v >= 0}
+    if not ours and not theirs:
+        return 1.0
+    return 2 * len(ours & theirs) / (len(ours) + len(theirs))
+
+
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k best scores (stable: ties keep their order)."""
     order = np.argsort(-scores, kind="stable")
