@@ -18,15 +18,23 @@ from spc.tuning.comparison import Comparison, ImageReport, find_source
 from spc.tuning.per_layer import PerLayerReport, per_layer
 
 
+def _read_inputs(plan: Plan, files: list[Path], allow_nonfinite: bool, one_image: bool) -> list:
+    """Each file as the plan's input: an .npz of its tensors, or an image of the plan's input
+    shape (``one_image``: one image of a plan that runs several)."""
+    if len(plan.program.inputs) > 1:
+        return [read_npz(f, input_specs(plan), allow_nonfinite) for f in files]
+    shape = [int(d) for d in plan.program.inputs[0].shape]
+    one = image_shape(shape) if one_image else shape
+    return [load_input(f, one, allow_nonfinite) for f in files]
+
+
 def check_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | None, backend: str,
                 allow_nonfinite: bool = False, reference: Path | None = None) -> list[ImageReport]:
     """``reference``: another export of the same network to run onnxruntime on (its batch may be
     the plan's, or 1), instead of the source the plan was compiled from."""
     src = reference if reference is not None else find_source(plan, plan_path, onnx)
     batch = plan.images_per_run  # a batch plan: single images, run B at a time (N*B on N chips)
-    shape = [int(d) for d in plan.program.inputs[0].shape]
-    arrays: list = ([read_npz(f, input_specs(plan), allow_nonfinite) for f in files] if len(plan.program.inputs) > 1
-                    else [load_input(f, image_shape(shape) if batch > 1 else shape, allow_nonfinite) for f in files])
+    arrays = _read_inputs(plan, files, allow_nonfinite, one_image=batch > 1)
     # the dense maps are the source's values by name: another export's names are its own
     probes = {role: t.name for role, t in plan.program.probes.items()} if reference is None else {}
     return Comparison(src, probes, arrays, [f.name for f in files], batch).reports(plan, backend)
@@ -39,10 +47,7 @@ def per_layer_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path |
                        f"{images_per_chip(plan.program)} at a time (--batch): compile the model without --batch to see "
                        "where it departs from onnxruntime (a batch plan computes each image as that plan does: "
                        "docs/batch.md)")
-    shape = [int(d) for d in plan.program.inputs[0].shape]
-    # every input checked before the first run
-    arrays: list = ([read_npz(f, input_specs(plan), allow_nonfinite) for f in files] if len(plan.program.inputs) > 1
-                    else [load_input(f, shape, allow_nonfinite) for f in files])
+    arrays = _read_inputs(plan, files, allow_nonfinite, one_image=False)  # all checked before the first run
     return [per_layer(plan, plan_path, x, onnx, f.name, min_pcc) for f, x in zip(files, arrays)]
 
 
