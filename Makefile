@@ -35,7 +35,7 @@ $(TTNN_STAMP): pyproject.toml spc/runtime/ttnn_mock/harness.py spc/runtime/ttnn_
 	$(PY312) -m venv $(TTNN_VENV)
 	$(TTNN_VENV)/bin/pip install -q --upgrade "pip>=23"
 	$(TTNN_VENV)/bin/pip install -q ttnn==0.81.1 safetensors==0.8.0 click==8.5.1 rich==15.0.0 pillow==13.0.0 \
-		msgspec==0.22.0
+		msgspec==0.22.0 h5py==3.16.0
 	$(TTNN_VENV)/bin/pip install -q --no-deps -e .
 	cd $(TTNN_VENV) && ./bin/python -m spc.runtime.ttnn_mock.harness
 	touch $(TTNN_STAMP)

@@ -2,7 +2,8 @@
 
 The Python API (spc/api.py), imported on first use so that `import spc` stays light:
 ``spc.compile(onnx) -> Model``, ``spc.load(plan) -> Model``, ``Model.run(image) -> Features``
-(``spc.Extraction``: the standard extraction's parameters for a raw-heads model).
+(``spc.Extraction``: the standard extraction's parameters for a raw-heads model),
+``spc.match(extractor, matcher, image0, image1) -> Matches``.
 """
 
 from typing import Any
@@ -11,7 +12,7 @@ from spc.version import __version__
 
 __all__ = ["__version__"]
 
-_API = ("compile", "load", "Model", "Features", "Extraction")
+_API = ("compile", "load", "match", "Model", "Features", "Matches", "Extraction")
 
 
 def __getattr__(name: str) -> Any:

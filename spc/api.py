@@ -4,6 +4,8 @@
     model = spc.compile("superpoint.onnx")           # or spc.load("sp.ttplan")
     f = model.run("img.jpg")                          # a path, a PIL image or a numpy array
     f.keypoints, f.scores, f.descriptors, f.image_size
+    m = spc.match("sp.ttplan", "lightglue.ttplan", "a.jpg", "b.jpg")  # or two loaded models
+    m.matches, m.scores                               # (M, 2) indices into m.features0/1, (M,)
 
 ``keypoints`` are (N, 2) float32 (x, y) in the original image's pixels, with a pixel's centre at
 integer coordinates (hloc's, COLMAP's and kornia's convention; docs/outputs.md), ``scores`` (N,),
@@ -39,6 +41,20 @@ class Features(Struct, frozen=True):
     descriptors: np.ndarray  # (N, D)
     image_size: tuple[int, int]  # the original image's (width, height)
     outputs: dict[str, np.ndarray]  # the model's outputs by ONNX name
+
+
+class Matches(Struct, frozen=True):
+    """One pair's matches: ``matches`` (M, 2) int64, each row a keypoint of ``features0`` and its
+    match in ``features1``; ``scores`` (M,); ``matches0`` / ``matching_scores0`` as hloc holds them
+    (for each keypoint of image 0, its match or -1). The features are the ones the matcher saw:
+    each image's K best by score, K the matcher's (runtime/matching.py)."""
+
+    matches: np.ndarray
+    scores: np.ndarray
+    matches0: np.ndarray
+    matching_scores0: np.ndarray
+    features0: Features
+    features1: Features
 
 
 class Model:
@@ -85,6 +101,14 @@ class Model:
     def outputs(self, image: Any, *, resize: str = "stretch", allow_nonfinite: bool = False) -> dict[str, np.ndarray]:
         """The model's own outputs on ``image`` (as :meth:`run` takes it), by their ONNX names."""
         return self._result(image, resize, allow_nonfinite)[0].outputs
+
+    def tensors(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The model's outputs for inputs given by name (a matcher's), as onnxruntime returns them."""
+        from spc.runtime.runner import Runner  # as in run
+
+        if self._runner is None:
+            self._runner = Runner(self.plan, self.backend)
+        return self._runner.run(feeds).outputs
 
     def _result(self, image: Any, resize: str, allow_nonfinite: bool) -> tuple[Any, Any]:
         from spc.runtime.runner import Runner  # as in run
@@ -153,3 +177,36 @@ def compile(onnx: str | Path, output: str | Path | None = None, *, precision: st
         compile_onnx(src, out, CompileOptions(target=target, precision=PrecisionPlan(precision), dense=dense,
                                               kernels=kernels, input_shape=input_shape, batch=batch))
         return Model(read_plan(out, target), backend, out if output is not None else None)
+
+
+def match(extractor: Model | str | Path, matcher: Model | str | Path, image0: Any, image1: Any, *,
+          resize: str = "stretch", coords: str = "pixels") -> Matches:
+    """Extract both images with ``extractor`` and match them with ``matcher`` (plans or loaded
+    models; `spc match`'s pipeline for one pair). ``coords``: the matcher's keypoints in
+    ``pixels`` or LightGlue's ``normalized`` coordinates."""
+    from spc.runtime.matching import COORDS, hloc_matches, kept_keypoints, matcher_roles, pair_feeds
+
+    if coords not in COORDS:
+        raise SpcError(f"coords={coords!r}: expected one of {', '.join(COORDS)}")
+    x = extractor if isinstance(extractor, Model) else load(extractor)
+    m = matcher if isinstance(matcher, Model) else load(matcher)
+    try:
+        roles = matcher_roles(m.plan.program)
+        if isinstance(roles, str):
+            raise SpcError(f"{m.path or 'the matcher'}: not a matcher's plan: {roles}")
+        keep = min(side.count for side in roles.sides)
+        kept = []
+        for image in (image0, image1):
+            f = x.run(image, resize=resize)
+            i = kept_keypoints(f.scores, keep)
+            kept.append(Features(f.keypoints[i], f.scores[i], f.descriptors[i], f.image_size, f.outputs))
+        a, b = kept
+        feeds = pair_feeds(roles, (a.keypoints, a.scores, a.descriptors, a.image_size),
+                           (b.keypoints, b.scores, b.descriptors, b.image_size), coords)
+        m0, s0 = hloc_matches(m.tensors(feeds), roles, len(a.keypoints), len(b.keypoints))
+    finally:
+        for model, given in ((x, extractor), (m, matcher)):  # a model loaded here is closed here
+            if model is not given:
+                model.close()
+    idx = np.flatnonzero(m0 >= 0)
+    return Matches(np.stack([idx, m0[idx].astype(np.int64)], -1), s0[idx].astype(np.float32), m0, s0, a, b)

@@ -548,6 +548,57 @@ def run(plan: Path, inputs: tuple[Path, ...], output: Path | None, fmt: str, res
               skip_existing=skip_existing, skipped=skipped, coords=coords)
 
 
+@_command("Extract and match image pairs -> hloc's features.h5 and matches.h5.",
+          ["spc match sp.ttplan lg.ttplan img0.jpg img1.jpg", "spc match sp.ttplan lg.ttplan images/ --pairs pairs.txt "
+           "-o out/", "spc match sp.ttplan lg.ttplan images/ --viz viz/ --json"])
+@click.argument("extractor", type=click.Path(path_type=Path))
+@click.argument("matcher", type=click.Path(path_type=Path))
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--pairs", "pairs_file", type=click.Path(path_type=Path), default=None,
+              help="hloc's pairs file, a line 'name0 name1' per pair, names relative to the folder given (default: "
+                   "every pair of the inputs)")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="matches.h5 (default ./matches.h5; a folder: its matches.h5)")
+@click.option("--features", type=click.Path(path_type=Path), default=None,
+              help="features.h5, the keypoints the matches index (default: beside the matches)")
+@click.option("--viz", type=click.Path(path_type=Path), default=None,
+              help="a folder: one PNG per pair, the two images side by side and a line per match")
+@click.option("--resize", type=click.Choice(["stretch", "fit"]), default="stretch", show_default=True,
+              help="images of another size than the extractor's: as spc run resizes them")
+@click.option("--keypoint-coords", "coords", type=click.Choice(["pixels", "normalized"]), default="pixels",
+              show_default=True, help="the matcher's keypoint inputs: pixels, or LightGlue's normalised coordinates "
+                                      "(for an export that takes them so and no image size)")
+@click.option("--overwrite", is_flag=True, help="replace features, pairs and PNGs already written")
+@click.option("--skip-existing", is_flag=True,
+              help="keep what these two plans made already: a rerun after an interruption goes on where it stopped")
+@_JSON
+@_NONFINITE
+@click.option("--backend", type=click.Choice(["emu", "ttnn-mock", "ttnn"]), default="emu", show_default=True)
+@_run_target
+@click.option("--no-trace", is_flag=True, help="ttnn: run call by call instead of replaying a captured trace")
+@_extraction_options
+@_one_line_errors
+def match(extractor: Path, matcher: Path, inputs: tuple[Path, ...], pairs_file: Path | None, output: Path | None,
+          features: Path | None, viz: Path | None, resize: str, coords: str, overwrite: bool, skip_existing: bool,
+          as_json: bool, allow_nonfinite: bool, backend: str, target: str | None, no_trace: bool,
+          threshold: float = 0.005, nms_radius: int = 4, border: int = 4, max_keypoints: int = -1) -> None:
+    """Extract every image of the pairs with EXTRACTOR (its K best keypoints, K the matcher's), then
+    match every pair with MATCHER (LightGlue, SuperGlue or any model taking two images' keypoints and
+    descriptors, recognised by their shapes). Writes hloc's features.h5 and matches.h5 (matches0,
+    matching_scores0 per pair), which hloc's readers and COLMAP import take."""
+    if backend.startswith("ttnn"):
+        _ttnn_interpreter()
+    from spc.runtime.extraction import Extraction
+    from spc.tools.match import match_files
+
+    files = _inputs(inputs)
+    match_files(_read_plan(extractor, target), _read_plan(matcher, target), files, pairs_file, output, features, viz,
+                backend, extract_path=extractor, match_path=matcher, trace=not no_trace, overwrite=overwrite,
+                skip_existing=skip_existing, as_json=as_json,
+                root=inputs[0] if len(inputs) == 1 and inputs[0].is_dir() else None, resize=resize, coords=coords,
+                allow_nonfinite=allow_nonfinite, extraction=Extraction(threshold, nms_radius, border, max_keypoints))
+
+
 @_command("Per-phase timings of a plan on a backend (for hardware: ttnn).",
           ["spc bench sp.ttplan img.jpg --backend ttnn --frames 100", "spc bench sp.ttplan img.jpg --json"])
 @click.argument("plan", type=click.Path(path_type=Path))

@@ -1,4 +1,4 @@
-"""hloc's features.h5, written so that a kill at any moment loses nothing the file held.
+"""hloc's features.h5 and matches.h5, written so that a kill at any moment loses nothing the file held.
 
 An HDF5 file appended in place can be left unreadable by a kill mid-write, and every earlier
 image's features are in that one file. So a run never writes into it:
@@ -51,10 +51,11 @@ def _side(path: Path, what: str) -> Path:
 class H5Store:
     """A features.h5 being written by this run (a context manager: the journal merged at exit)."""
 
-    def __init__(self, path: Path, plan_sha: str) -> None:
+    def __init__(self, path: Path, plan_sha: str, marker: str = "keypoints") -> None:
         # the file itself, not a symlink to it: one lock and one journal per file, and the rename
         # replaces the file, not the link
         self.path, self.plan_sha = Path(os.path.realpath(path)), plan_sha
+        self.marker = marker  # the dataset every group of the file holds: features' keypoints, matches0
         path = self.path
         self.journal = _side(path, "journal")
         self._lock_fd: int | None = None
@@ -96,20 +97,21 @@ class H5Store:
         out: dict[str, str] = {}
         with os_errors(self.path, "cannot read"), h5py.File(self.path, "r") as fd:
             def visit(name: str, obj) -> None:
-                if isinstance(obj, h5py.Group) and "keypoints" in obj:
+                if isinstance(obj, h5py.Group) and self.marker in obj:
                     sha = obj.attrs.get(PLAN_ATTR, "")
                     out[name] = sha.decode() if isinstance(sha, bytes) else str(sha)
 
             fd.visititems(visit)
         return out
 
-    def add(self, name: str, arrays: dict[str, np.ndarray], uncertainty: float) -> None:
-        """One frame's group, into the journal (the file gets it at :meth:`merge`)."""
+    def add(self, name: str, arrays: dict[str, np.ndarray], uncertainty: float | None = None) -> None:
+        """One group (a frame's features, a pair's matches), into the journal (the file gets it at
+        :meth:`merge`); ``uncertainty``: the keypoints' attribute, as hloc writes it."""
         with os_errors(self.journal):
             self.journal.mkdir(exist_ok=True)
         buf = io.BytesIO()
-        np.savez(buf, **arrays, __group__=np.array(name), __uncertainty__=np.float32(uncertainty),
-                 __plan__=np.array(self.plan_sha))
+        given = np.float32(np.nan if uncertainty is None else uncertainty)
+        np.savez(buf, **arrays, __group__=np.array(name), __uncertainty__=given, __plan__=np.array(self.plan_sha))
         self._count += 1
         # named in the order written, across runs too: a later entry for a group wins at the merge
         atomic_write(self.journal / f"{time.time_ns():020d}_{os.getpid()}_{self._count:09d}.npz", buf.getvalue())
@@ -146,7 +148,8 @@ class H5Store:
                         grp = fd.create_group(name)
                         for key, value in data.items():
                             grp.create_dataset(key, data=value)
-                        grp["keypoints"].attrs["uncertainty"] = np.float32(uncertainty)
+                        if "keypoints" in grp and not np.isnan(uncertainty):
+                            grp["keypoints"].attrs["uncertainty"] = np.float32(uncertainty)
                         grp.attrs[PLAN_ATTR] = plan
                     except (ValueError, KeyError, TypeError) as exc:  # h5py: a name that clashes with the file's
                         raise SpcError(f"{self.path}: cannot hold group {name!r} ({exc}); the journal is kept: "
