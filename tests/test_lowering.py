@@ -216,3 +216,19 @@ def test_the_packed_read_back_takes_no_name_a_lowering_made() -> None:
     with Runner(Plan({}, program, tensors, "")) as runner:
         got = runner.run(x).outputs
     np.testing.assert_allclose(got["p"], want[1], rtol=2**-6, atol=2**-6 * float(np.abs(want[1]).max()))
+
+
+@pytest.mark.parametrize("keep", [0, 1])
+def test_reduce_log_sum_exp_is_the_stable_chain(keep: int) -> None:
+    """SuperGlue's Sinkhorn iterations: logsumexp as max + log(sum(exp(x - max))), on large
+    logits too (exp alone overflows there)."""
+    out = "f32[2,5]" if not keep else "f32[2,5,1]"
+    x = bf16_exact(RNG.normal(size=(2, 5, 9)) * 40)
+    got, want, calls = run_lowered(f"""graph @t(%x: f32[2,5,9]) {{
+  %axes: i64[1] = const dense<[2]>
+  %y: {out} = onnx.ReduceLogSumExp(%x, %axes) {{keepdims = {keep}}} #lse
+  return %y
+}}
+""", x)
+    assert {"ttnn.max", "ttnn.exp", "ttnn.sum", "ttnn.log"} <= set(calls)
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=0.5)

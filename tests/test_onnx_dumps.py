@@ -26,6 +26,7 @@ from tests.corpus.exports import CORPUS, cached
 pytestmark = pytest.mark.xdist_group("onnx-dumps")  # one worker: the compiles below happen once
 
 STAGE = len(PASS_NAMES) + 1  # choose-memory-config, after the graph passes
+KEYPOINTS, PRECISION = (f"{PASS_NAMES.index(n) + 1:02d}-{n}" for n in ("fuse-keypoints", "choose-precision"))
 FIRST_CONV = "encoder.conv_blocks.0.conv_a"
 
 
@@ -116,8 +117,8 @@ def test_older_opsets_and_the_legacy_exporter_export_back(name: str, tmp_path: P
 
 def test_fused_ops_keep_their_domain_attributes_and_the_decisions_as_metadata(dumps: tuple[Path, Path]) -> None:
     folder, _ = dumps
-    before = onnx.load(folder / "12-fuse-keypoints.onnx")
-    chosen = onnx.load(folder / "13-choose-precision.onnx")
+    before = onnx.load(folder / f"{KEYPOINTS}.onnx")
+    chosen = onnx.load(folder / f"{PRECISION}.onnx")
     planned = onnx.load(folder / f"{STAGE:02d}-choose-memory-config.onnx")
     nms = node_named(chosen, "nms")
     assert (nms.domain, nms.op_type) == (SPC_DOMAIN, "Nms")
@@ -175,17 +176,16 @@ def test_the_device_program_is_a_graph_of_ttnn_calls(dumps: tuple[Path, Path]) -
 def test_dot_labels_show_the_choices_and_the_stored_formats(dumps: tuple[Path, Path], other_dumps: Path) -> None:
     folder, _ = dumps
     placed, chosen, planned = (
-        (folder / f"{i:02d}-{n}.dot").read_text()
-        for i, n in ((12, "fuse-keypoints"), (13, "choose-precision"), (STAGE, "choose-memory-config")))
+        (folder / f"{name}.dot").read_text() for name in (KEYPOINTS, PRECISION, f"{STAGE:02d}-choose-memory-config"))
     assert len({placed, chosen, planned}) == 3
     assert "bfloat16[" not in placed and "f32[1,64,120,160]" in placed  # no format chosen yet
     assert "bfloat16[1,64,120,160]" in chosen and "w:bfloat16 HiFi4 fp32acc l1acc out:bfloat16" in chosen
     assert f'@device \\"{FIRST_CONV}\\"' in chosen
     assert "memory: l1" in planned and "memory_config: DRAM_INTERLEAVED" in planned
     # other choices, other labels: the fast preset and a block forced to DRAM
-    fast = (other_dumps / "13-choose-precision.dot").read_text()
+    fast = (other_dumps / f"{PRECISION}.dot").read_text()
     assert fast != chosen and "w:bfloat8_b LoFi fp32acc out:bfloat16" in fast
-    assert (other_dumps / "12-fuse-keypoints.dot").read_text() == placed
+    assert (other_dumps / f"{KEYPOINTS}.dot").read_text() == placed
     forced = (other_dumps / f"{STAGE:02d}-choose-memory-config.dot").read_text()
     assert "memory: dram:height=2" in forced and "memory: dram:height=2" not in planned
     forced_onnx = onnx.load(other_dumps / f"{STAGE:02d}-choose-memory-config.onnx")

@@ -219,3 +219,38 @@ def test_runs_on_the_mock_p150(ttnn_python: str, model: tuple[Path, Path], tmp_p
                           capture_output=True, text=True, check=False, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert np.load(tmp_path / "mock.npz")["scores"].shape == (1, N, M)
+
+
+def test_concat_of_an_input_and_a_device_result_takes_one_format(tmp_path: Path) -> None:
+    """A float32 input joined with a bf16 result (SuperGlue concatenates keypoints and scores):
+    the lowering casts to the first part's format, as ttnn's concat needs (the mock p150 refused
+    it before), and the plan verifier refuses a plan that does not."""
+    from spc.compiler import compile_onnx
+    from spc.plan.verify import verify_plan
+
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Concat", ["r", "b"], ["y"], axis=1)], "join",
+        [helper.make_tensor_value_info("a", f, [1, 4, 8]), helper.make_tensor_value_info("b", f, [1, 3, 8])],
+        [helper.make_tensor_value_info("y", f, [1, 7, 8])])
+    src = tmp_path / "join.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), src)
+    compile_onnx(src, tmp_path / "join.ttplan")
+    plan = read_plan(tmp_path / "join.ttplan")
+    ops = plan.program.device_ops
+    concat = next(op for op in ops if op.op == "ttnn.concat")
+    made = {op.output: op for op in ops}
+    assert {made[n].dtype for n in concat.inputs if n in made} == {DataFormat.BFLOAT16}
+    assert any(op.op == "ttnn.typecast" for op in ops)
+    rng = np.random.default_rng(5)
+    feeds = {"a": rng.normal(size=(1, 4, 8)).astype(np.float32), "b": rng.normal(size=(1, 3, 8)).astype(np.float32)}
+    np.savez(tmp_path / "in.npz", **feeds)
+    code, _, err = spc("run", tmp_path / "join.ttplan", tmp_path / "in.npz", "-o", tmp_path / "out.npz")
+    assert code == 0, err
+    want = np.concatenate([np.maximum(feeds["a"], 0), feeds["b"]], axis=1)
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["y"], want, rtol=1e-2, atol=1e-2)
+    cast = next(op for op in ops if op.op == "ttnn.typecast" and op.output in concat.inputs)
+    cast.dtype = DataFormat.FLOAT32  # the cast undone: the formats meet again
+    cast.args["dtype"] = DataFormat.FLOAT32
+    with pytest.raises(Exception, match="joins tensors stored as bfloat16, float32"):
+        verify_plan(plan.program, plan.weights)

@@ -200,6 +200,13 @@ def test_a_new_user_follows_the_readme(main_venv: Path, images: dict[str, Path],
     commands += [["spc", "run", "sp.ttplan", "img.jpg", "--format", "h5", "-o", "more.h5"],
                  ["spc", "inspect", "sp.ttplan"]]
     bin_dir = main_venv.parent
+    # the matcher the README's `spc match` pairs with the extractor: a mutual nearest neighbour
+    # exported by torch.onnx, compiled by the wheel
+    from tests.corpus.mnn import export
+
+    export(folder / "matcher.onnx", k=64, dim=256)
+    done = sh(bin_dir / "spc", "compile", "matcher.onnx", "-o", "matcher.ttplan", cwd=folder, env=clean_env())
+    assert done.returncode == 0, done.stderr
     for command in commands:
         done = sh(bin_dir / "spc", *command[1:], cwd=folder, env=clean_env())
         assert done.returncode == 0, f"{' '.join(command)}: {done.stderr}"
@@ -208,6 +215,9 @@ def test_a_new_user_follows_the_readme(main_venv: Path, images: dict[str, Path],
     assert done.returncode == 0 and "(512, 512)" in done.stdout, done.stderr
     with h5py.File(folder / "features.h5", "r") as h5:
         assert sorted(h5) == ["2.png", "db"] and "1.png" in h5["db"]
+    with h5py.File(folder / "out" / "matches.h5", "r") as h5:
+        assert list(h5) == ["2.png"] and list(h5["2.png"]) == ["db-1.png"]
+        assert h5["2.png/db-1.png/matches0"].dtype == np.int16
     with h5py.File(folder / "more.h5", "r") as h5:
         group = h5["img.jpg"]
         assert group["keypoints"].shape[1] == 2 and tuple(group["image_size"][()]) == (512, 512)

@@ -122,6 +122,15 @@ class Emitter(Struct):
         return self._once(name, "tile", lambda: self.emit("ttnn.to_layout", [name], name + "/tiled",
                                                           self.layouts[name], source, layout=PageLayout.TILE))
 
+    def stored_as(self, name: str, dtype: DataFormat, source: str) -> str:
+        """The tensor stored as ``dtype``: calls that join tensors (concat) take one format
+        (mock p150: "All Tensors should have same dtypes"), and a float32 input meets bf16 results."""
+        if self.dtypes.get(name, INPUT_DTYPE) is dtype:
+            return name
+        return self._once(name, f"dtype:{dtype.name}", lambda: self.emit(
+            "ttnn.typecast", [name], self.unused(f"{name}/{dtype.name.lower()}"), self.layouts[name], source,
+            store=dtype, dtype=dtype))
+
     def row_major(self, name: str, source: str) -> str:
         if not self.tiles.get(name, False):
             return name

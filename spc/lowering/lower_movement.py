@@ -168,6 +168,7 @@ def _concat(em: Emitter, n: Node, ins: Ins) -> str:
         else:
             parts.append(em.tiled(em.to_plain(name, v, n.name), n.name))
     lay_out: Layout = DeviceLayout.of(shape_of(out)) if nhwc else plain_of(out)
+    parts = [em.stored_as(t, em.dtypes[parts[0]], n.name) for t in parts]  # one format: the first's, as stored
     return em.emit("ttnn.concat", parts, out.name, lay_out, n.name, dim=-1 if nhwc else axis)
 
 

@@ -1,5 +1,5 @@
-"""Softmax, LogSoftmax, the Reduce* ops and pooling (GlobalAveragePool, GlobalMaxPool, AveragePool)
-lowered one by one.
+"""Softmax, LogSoftmax and ReduceLogSumExp (as x - logsumexp and the max-shifted chain), the other
+Reduce* ops and pooling (GlobalAveragePool, GlobalMaxPool, AveragePool) lowered one by one.
 
 Reductions and softmax over the channel axis of an NCHW map are the last axis of the conv form
 (and the spatial axes of one image its third); over any other axis they run in the plain form.
@@ -14,7 +14,7 @@ from spc.lowering.emitter import Emitter
 from spc.lowering.fused import pool2d_check
 from spc.lowering.operands import Ins, alias, elementwise_check, plain_of, shape_of
 from spc.lowering.registry import lowers
-from spc.ttnn.layout import DeviceLayout, Form
+from spc.ttnn.layout import DeviceLayout, Form, PlainLayout
 
 
 # -- softmax and reductions ---------------------------------------------------------------------
@@ -24,7 +24,8 @@ def _softmax_check(n: Node) -> str | None:
     return elementwise_check(n)
 
 
-def _softmax(em: Emitter, n: Node, ins: Ins, log: bool) -> str:
+@lowers("onnx.Softmax", check=_softmax_check)
+def _softmax(em: Emitter, n: Node, ins: Ins) -> str:
     x = n.inputs[0]
     assert x is not None and ins[0] is not None
     axis = norm_axis(int(n.attrs.get("axis", -1)), x.type.rank)
@@ -32,13 +33,36 @@ def _softmax(em: Emitter, n: Node, ins: Ins, log: bool) -> str:
         t, dim, lay = em.tiled(ins[0], n.name), -1, DeviceLayout.of(shape_of(x))
     else:
         t, dim, lay = em.tiled(em.to_plain(ins[0], x, n.name), n.name), axis, plain_of(x)
-    base = n.output.name
-    s = em.emit("ttnn.softmax", [t], base + "/softmax" if log else base, lay, n.name, dim=dim, numeric_stable=True)
-    return em.emit("ttnn.log", [s], base, lay, n.name) if log else s
+    return em.emit("ttnn.softmax", [t], n.output.name, lay, n.name, dim=dim, numeric_stable=True)
 
 
-lowers("onnx.Softmax", check=_softmax_check)(lambda em, n, ins: _softmax(em, n, ins, False))
-lowers("onnx.LogSoftmax", check=_softmax_check)(lambda em, n, ins: _softmax(em, n, ins, True))
+def _log_sum_exp(em: Emitter, n: Node, t: str, axes: list[int], out: str) -> str:
+    """log(sum(exp(x))) over ``axes`` of the plain tensor ``t`` (the axes kept, as size 1), as
+    m + log(sum(exp(x - m))), m the maximum: the same value, without exp's overflow on large
+    logits nor log's -inf where a softmax underflows."""
+    x = n.inputs[0]
+    assert x is not None
+    shape = shape_of(x)
+    kept = PlainLayout(tuple(1 if i in axes else d for i, d in enumerate(shape)))
+    dims = axes if len(axes) > 1 else axes[0]
+    src, base = plain_of(x), n.output.name
+    m = em.emit("ttnn.max", [t], base + "/max", kept, n.name, dim=dims, keepdim=True)
+    e = em.emit("ttnn.exp", [em.emit("ttnn.subtract", [t, m], base + "/shifted", src, n.name)], base + "/exp", src,
+                n.name)
+    s = em.emit("ttnn.sum", [e], base + "/sum", kept, n.name, dim=dims, keepdim=True)
+    return em.emit("ttnn.add", [em.emit("ttnn.log", [s], base + "/log", kept, n.name), m], out, kept, n.name)
+
+
+@lowers("onnx.LogSoftmax", check=_softmax_check)
+def _log_softmax(em: Emitter, n: Node, ins: Ins) -> str:
+    """x - logsumexp(x): log(softmax(x)) is -inf wherever the softmax underflows bf16 (LightGlue's
+    assignment, -305 in the source; the translation validation caught it)."""
+    x = n.inputs[0]
+    assert x is not None and ins[0] is not None
+    axis = norm_axis(int(n.attrs.get("axis", -1)), x.type.rank)
+    t = em.tiled(em.to_plain(ins[0], x, n.name), n.name)
+    lse = _log_sum_exp(em, n, t, [axis], n.output.name + "/lse")
+    return em.emit("ttnn.subtract", [t, lse], n.output.name, plain_of(x), n.name)
 
 
 def _axes(n: Node) -> list[int] | None:
@@ -98,6 +122,22 @@ def _register_reduce(kind: str) -> None:
 
 for _kind in _REDUCE:
     _register_reduce(_kind)
+
+
+@lowers("onnx.ReduceLogSumExp", check=_reduce_check)
+def _reduce_log_sum_exp(em: Emitter, n: Node, ins: Ins) -> str:
+    x = n.inputs[0]
+    assert x is not None and ins[0] is not None
+    axes = _axes(n)
+    assert axes is not None
+    if not axes:
+        return alias(em, n, ins)
+    t = em.tiled(em.to_plain(ins[0], x, n.name), n.name)
+    if n.attrs.get("keepdims", 1):
+        return _log_sum_exp(em, n, t, axes, n.output.name)
+    lse = _log_sum_exp(em, n, t, axes, n.output.name + "/kept")
+    out = plain_of(n.output)
+    return em.emit("ttnn.reshape", [lse], n.output.name, out, n.name, shape=out.device_shape)
 
 
 # -- pooling ----------------------------------------------------------------------------------------

@@ -31,7 +31,8 @@ def _fold(g: Graph, m: Match):
     gamma, beta, mean, var = (v.data.astype(np.float64) for v in bn.inputs[1:5])  # type: ignore[union-attr]
     a = gamma / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
     b = conv.inputs[2].data.astype(np.float64) if conv.input(2) is not None else np.zeros_like(a)
-    w2 = (w.data.astype(np.float64) * a.reshape(-1, 1, 1, 1)).astype(w.data.dtype)
+    # per output channel, the weight's first axis, whatever its rank (Conv1d [O, I, k], Conv2d, Conv3d)
+    w2 = (w.data.astype(np.float64) * a.reshape((-1,) + (1,) * (w.data.ndim - 1))).astype(w.data.dtype)
     b2 = ((b - mean) * a + beta).astype(w.data.dtype)
     new_w = g.add_const(w.name + "_bn", w2, weight_ref=(w.weight_ref or w.name) + "_bn")
     new_b = g.add_const(bn.name + "_bias", b2)
@@ -50,6 +51,9 @@ RULES = [Rule("conv-batchnorm",
 def _check(m) -> str | None:
     if not all(v is None or v.is_const for v in m.node("conv").inputs[1:]):
         return "conv bias is not constant"
+    w = m.node("conv").inputs[1]
+    if w is None or w.data.ndim < 3 or w.data.shape[0] != m.node("bn").inputs[1].data.size:  # type: ignore[union-attr]
+        return "the batch norm's channels are not the conv's output channels"
     if m.node("bn").attrs.get("training_mode") or len(m.node("bn").outputs) > 1:
         return "training-mode batch norm uses the batch's statistics, not the stored ones"
     return None

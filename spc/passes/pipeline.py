@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from spc.passes.batch_images import BatchImages
 from spc.passes.choose_precision import ChoosePrecision
+from spc.passes.conv1d import Conv1d
 from spc.passes.eliminate_dead_code import EliminateDeadCode
 from spc.passes.fold_batchnorm import FoldBatchNorm
 from spc.passes.fold_constants import FoldConstants
@@ -30,6 +31,7 @@ def default_pipeline(batch: int = 1) -> list[Pass]:
         EliminateDeadCode(),
         *([BatchImages(batch)] if batch > 1 else []),
         FoldBatchNorm(),
+        Conv1d(),
         FuseConvBiasRelu(),
         FuseScoreFold(),
         InsertDeviceNms(),

@@ -92,6 +92,8 @@ def _layouts(program: Program) -> None:
 def _device(program: Program, weights: dict[str, np.ndarray]) -> dict[str, list[int]]:
     _layouts(program)
     shapes: dict[str, list[int]] = {t.name: list(t.device_shape) for t in program.device_inputs}
+    stored = {t.name: program.input_format(t.name) for t in program.device_inputs}
+    stored.update((c.name, c.dtype) for c in program.constants)
     for c in program.constants:
         w = _weight(weights, c.weight, f"constant {c.name}")
         if w.size != _numel(c.device_shape):
@@ -109,6 +111,12 @@ def _device(program: Program, weights: dict[str, np.ndarray]) -> dict[str, list[
                 raise SpcError(f"{where} makes {name}, which already exists")
         for tensor in op.weights.values():
             _weight(weights, tensor, where)
+        formats = {stored[n] for n in op.inputs if n in stored}
+        if op.op == "ttnn.concat" and len(formats) > 1:  # ttnn refuses it (concat_device_operation.cpp)
+            raise SpcError(f"{where} joins tensors stored as {', '.join(sorted(f.value for f in formats))}: ttnn "
+                           "concatenates one format")
+        stored[op.output] = op.dtype
+        stored.update(zip(op.extra_outputs, op.extra_dtypes))
         try:
             if op.op == "spc.kernel":
                 _kernel(op)

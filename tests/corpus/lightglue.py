@@ -57,6 +57,8 @@ def export(path: Path, k: int, features: str | None = "disk", dim: int = 128, la
         def __init__(self) -> None:
             super().__init__()
             self.lg = lgm.LightGlue(features, **conf).eval()
+            if features is None:
+                seeded(self.lg)
 
         def forward(self, kpts0, kpts1, desc0, desc1, size0, size1):
             lg = self.lg
@@ -75,6 +77,22 @@ def export(path: Path, k: int, features: str | None = "disk", dim: int = 128, la
     torch.onnx.export(Matcher().eval(), args, str(path), input_names=list(feeds),
                       output_names=["matches0", "matching_scores0"], dynamo=True, opset_version=18)
     return path
+
+
+def seeded(lg) -> None:
+    """Seeded weights that match, as trained ones do: each block's update small beside the
+    descriptors it adds to (PyTorch's default initialisation drowns them), and an assignment whose
+    product of a unit descriptor with itself is ~12 (near uniform otherwise: no match passes the
+    filter)."""
+    import torch
+
+    with torch.no_grad():
+        for layer in lg.transformers:
+            for block in (layer.self_attn, layer.cross_attn):
+                block.ffn[-1].weight.mul_(0.1)
+        for head in lg.log_assignment:
+            d = head.final_proj.weight.shape[0]
+            head.final_proj.weight.mul_(0.1).add_(14 * torch.eye(d))
 
 
 def synthetic_pair(k: int, seed: int, dim: int = 128) -> dict[str, np.ndarray]:

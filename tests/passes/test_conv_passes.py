@@ -39,6 +39,29 @@ def test_fold_batchnorm_after_conv_is_exact() -> None:
     np.testing.assert_allclose(evaluate_graph(g, {"x": X})[0], before, rtol=1e-5, atol=1e-5)
 
 
+def test_fold_batchnorm_after_conv1d_and_conv3d() -> None:
+    """SuperGlue's MLPs are Conv1d + BatchNorm1d: the scale goes on the weight's first axis
+    whatever its rank (it once broadcast a [4, 2, 3] weight to [4, 4, 2, 3])."""
+    for spatial in ([7], [3, 4, 5]):
+        shape = "x".join(map(str, spatial))
+        k = [3] * len(spatial)
+        pads = [1] * (2 * len(spatial))
+        w = RNG.normal(size=(4, 2, *k)).astype(np.float32)
+        g = ir(f"""graph @t(%x: f32[1,2,{','.join(map(str, spatial))}]) {{
+  %w: f32[4,2,{','.join(map(str, k))}] = const @"w"
+""" + BN_PARAMS + f"""  %c: f32[1,4,{','.join(map(str, spatial))}] = onnx.Conv(%x, %w) {{pads = {pads}}} #c
+  %y: f32[1,4,{','.join(map(str, spatial))}] = onnx.BatchNormalization(%c, %gamma, %beta, %mean, %var) #bn
+  return %y
+}}
+""", w=w)
+        x = RNG.normal(size=(1, 2, *spatial)).astype(np.float32)
+        before = evaluate_graph(g, {"x": x})[0]
+        assert FoldBatchNorm().run(g, PassContext()).stats == {"conv-batchnorm": 1}, shape
+        folded = next(n for n in g.nodes if n.op.name == "onnx.Conv").inputs[1]
+        assert folded is not None and folded.data.shape == w.shape
+        np.testing.assert_allclose(evaluate_graph(g, {"x": x})[0], before, rtol=1e-5, atol=1e-5)
+
+
 def test_fold_batchnorm_skips_shared_conv_and_bn_first() -> None:
     shared = ir("""graph @t(%x: f32[1,2,6,7]) {
   %w: f32[4,2,3,3] = const @"w"
