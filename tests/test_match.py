@@ -230,3 +230,37 @@ def test_descriptor_dimensions_must_agree(plans: dict[str, Path], pictures: Path
     code, _, err = spc("match", plans["sp"], tmp_path / "mnn128.ttplan", pictures, "-o", tmp_path / "m.h5")
     one_line_error(code, err, "256-dimensional")
     assert DType("i64").is_int
+
+
+def test_a_fixed_k_extractor_read_by_shape() -> None:
+    """DISK exported with a fixed K has no recognised keypoint extraction: its outputs are read by
+    shape, whatever their names and order; a padded slot (non-finite) is dropped."""
+    from spc.runtime.matching import by_shape, extractor_outputs
+
+    prog = _program([_spec("im", "f32", [1, 3, 48, 64])],
+                    [_spec("s", "f32", [1, 8]), _spec("d", "f32", [1, 8, 16]), _spec("k", "f32", [1, 8, 2])])
+    names = extractor_outputs(prog)
+    assert not isinstance(names, str) and (names.keypoints, names.scores, names.descriptors) == ("k", "s", "d")
+    scores = np.arange(8, dtype=np.float32)
+    scores[3] = -np.inf
+    xy, s, d = by_shape({"k": np.ones((1, 8, 2)), "s": scores[None], "d": np.ones((1, 8, 16))}, names)
+    assert len(xy) == len(s) == len(d) == 7 and d.shape[1] == 16
+    other = _program(prog.inputs, [_spec("s", "f32", [1, 8]), _spec("d", "f32", [1, 7, 16]),
+                                   _spec("k", "f32", [1, 8, 2])])
+    assert "are not keypoints" in extractor_outputs(other)
+
+
+def test_match_on_the_mock_p150(ttnn_python: str, plans: dict[str, Path], pictures: Path, tmp_path: Path) -> None:
+    """Both plans' ttnn programs through the real ttnn on the mock p150 (values are zeros there:
+    no keypoints, so every match is none), the files written as on emu."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([ttnn_python, "-m", "spc.cli", "match", str(plans["sp"]), str(plans["mnn"]),
+                           str(pictures / "db" / "astronaut.png"), str(pictures / "db" / "crop.png"), "-o",
+                           str(tmp_path / "m.h5"), "--backend", "ttnn-mock"],
+                          capture_output=True, text=True, check=False, cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert "computes no values" in done.stderr
+    matches, _ = get_matches(tmp_path / "m.h5", "astronaut.png", "crop.png")
+    assert matches.shape[1] == 2

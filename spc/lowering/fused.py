@@ -103,7 +103,8 @@ def _max_pool(em: Emitter, n: Node, ins: list[str]) -> str:
     assert x is not None
     src = _layout(x)
     pads = n.attrs.get("pads", [0, 0, 0, 0])
-    ins = [em.to_nhwc(ins[0], x, n.name)]
+    # ttnn's pools take bf16 only (pool_op.cpp: "Only BFLOAT16 supported"): a block stored in float32 is cast
+    ins = [em.stored_as(em.to_nhwc(ins[0], x, n.name), DataFormat.BFLOAT16, n.name)]
     # read by anything but convs and pools (an NMS spelled op by op): interleaved, as spc.Nms keeps
     # its pools, since ttnn's element-wise calls reject the default height shards (not tile-sized)
     windowed = {"spc.Conv2d", "onnx.MaxPool"}

@@ -53,7 +53,15 @@ def lowers(op_name: str, check: Check | None = None, integers: bool = False,
 
 def _load() -> None:
     # a cycle: the lowering modules import this one to register their lowerings
-    from spc.lowering import fused, lower_elementwise, lower_matmul, lower_movement, lower_norm, lower_reduce  # noqa: F401
+    from spc.lowering import (  # noqa: F401
+        fused,
+        lower_elementwise,
+        lower_matmul,
+        lower_movement,
+        lower_norm,
+        lower_reduce,
+        lower_resample,
+    )
 
 
 def lowering_for(op_name: str) -> Lowering | None:

@@ -112,7 +112,13 @@ class OrtReference:
         self.extra += [e for e in extra if e in outputs]
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
-        self.session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        try:
+            self.session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own types, not one base class
+            line = (str(exc).splitlines() or [""])[0]
+            line = line.rsplit(") ", 1)[-1] if "onnxruntime_src" in line else line  # past the C++ signature
+            raise SpcError(f"{path}: onnxruntime {ort.__version__} cannot load the model, so there is nothing to "
+                           f"check against: {line[:240]}") from None
         self.input = self.session.get_inputs()[0].name
         self.types = {i.name: i.type for i in self.session.get_inputs()}
         self.names = [o.name for o in self.session.get_outputs()]

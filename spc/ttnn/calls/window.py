@@ -1,10 +1,11 @@
 """Calls that slide a window over an NHWC map: ``ttnn.conv2d``, ``ttnn.max_pool2d``,
-``ttnn.avg_pool2d``. Their input is the flat [1, 1, N*H*W, C] device form; the arguments name
-N, H, W and C."""
+``ttnn.avg_pool2d``, and ``ttnn.upsample``, which scales one. Their input is the flat
+[1, 1, N*H*W, C] device form (upsample's [N, H, W, C], the same values); the arguments name N, H,
+W and C."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from msgspec import Meta
@@ -16,6 +17,7 @@ from spc.ttnn.calls.definition import (
     Call,
     CallSpec,
     Count,
+    F,
     Format,
     JsonObject,
     MemoryConfigKey,
@@ -231,3 +233,55 @@ define("ttnn.max_pool2d", _max_pool_spelling, _max_pool_meaning, _pool_values,
        required=frozenset({*_POOL, "dilation"}), tiled=False, moves_values=True, takes_bf16=True)
 define("ttnn.avg_pool2d", _avg_pool_spelling, _avg_pool_meaning, _pool_values,
        args={**_POOL, "count_include_pad": bool}, required=frozenset({*_POOL, "count_include_pad"}), tiled=False)
+
+
+# -- ttnn.upsample ----------------------------------------------------------------------------------
+
+_UPSAMPLE = {"batch_size": Count, "input_h": Count, "input_w": Count, "channels": Count, "scale_factor": Pair,
+             "mode": Literal["nearest", "bilinear"]}
+
+
+def _upsample_values(ins: list[list[int]], a: dict[str, Any], weights: dict[str, Any]) -> int:
+    n, h, w, c = a["batch_size"], a["input_h"], a["input_w"], a["channels"]
+    if numel(ins[0]) != n * h * w * c:
+        raise ShapeError(f"reads {numel(ins[0])} values, not {n}x{h}x{w}x{c}")
+    sh, sw = a["scale_factor"]
+    return n * h * sh * w * sw * c
+
+
+def _linear_taps(size: int, scale: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Half-pixel linear interpolation along one axis (torch's align_corners=False, ONNX's
+    half_pixel): each output's two source indices and the second's weight."""
+    src = np.maximum((np.arange(size * scale) + 0.5) / scale - 0.5, 0.0)
+    i0 = np.minimum(np.floor(src).astype(np.int64), size - 1)
+    return i0, np.minimum(i0 + 1, size - 1), (src - i0).astype(F32)
+
+
+def _upsample_meaning(ins: list[np.ndarray], weights: dict[str, np.ndarray], a: dict[str, Any]) -> np.ndarray:
+    n, h, w = a["batch_size"], a["input_h"], a["input_w"]
+    x = ins[0].reshape(n, h, w, -1).astype(F32)
+    sh, sw = a["scale_factor"]
+    if a["mode"] == "nearest":
+        y = np.repeat(np.repeat(x, sh, axis=1), sw, axis=2)
+    else:
+        for axis, size, s in ((1, h, sh), (2, w, sw)):
+            i0, i1, t = _linear_taps(size, s)
+            shape = [1, 1, 1, 1]
+            shape[axis] = -1
+            t = t.reshape(shape)
+            x = np.take(x, i0, axis=axis) * (1 - t) + np.take(x, i1, axis=axis) * t
+        y = x
+    return np.ascontiguousarray(y, dtype=F32)
+
+
+def _upsample_emulation(ins: list[Any], weights: dict[str, Any], a: dict[str, Any]) -> Any:
+    x = ins[0].reshape(a["batch_size"], a["input_h"], a["input_w"], -1).permute(0, 3, 1, 2)
+    y = F.interpolate(x, scale_factor=tuple(a["scale_factor"]), mode=a["mode"])
+    return y.permute(0, 2, 3, 1).contiguous()
+
+
+define("ttnn.upsample",
+       lambda op: Call(op.op, (Ref(op.inputs[0]), list(op.args["scale_factor"])),
+                       {"mode": op.args["mode"]} | memory_kwargs(op.args)),
+       _upsample_meaning, _upsample_values, args={**_UPSAMPLE, "memory_config": MemoryConfigKey},
+       required=frozenset(_UPSAMPLE), tiled=False, emulate=_upsample_emulation)
