@@ -80,22 +80,19 @@ class Model:
         (uint8, or float in [0, 1]), or an array of the plan's exact input shape (used as is).
         ``resize``: ``stretch`` to the plan's size, or ``fit`` (aspect ratio kept, zero padding).
         A model that returns SuperPoint's raw heads gets the standard extraction (``extraction``:
-        its parameters, spc.Extraction); one with no recognised extraction but outputs shaped as a
-        fixed-K extractor's (DISK) is read by shape (runtime/matching.py). Any other raises:
-        :meth:`outputs` gives its outputs."""
+        its parameters, spc.Extraction); a fixed-K extractor's outputs (DISK's) by the roles their
+        shapes gave them (lowering/roles.py). Any other raises: :meth:`outputs` gives its outputs."""
         # `spc run`'s modules and the runtime (~50 ms: rich, PIL): spc.compile and spc.load run nothing
-        from spc.runtime.matching import by_shape, extractor_outputs
         from spc.tools.run import in_original, keypoints_of
 
-        by = None if has_keypoints(self.plan.program.roles) else extractor_outputs(self.plan.program)
-        if isinstance(by, str):
+        if not has_keypoints(self.plan.program.roles):
             raise SpcError(f"{self.path or 'the plan'}: the model's outputs hold no keypoints, neither as keypoints "
-                           f"nor as SuperPoint's raw heads, and {by}; Model.outputs(image) gives them")
+                           "nor as SuperPoint's raw heads (outputs: "
+                           f"{', '.join(t.name for t in self.plan.program.outputs)}); Model.outputs(image) gives them")
         shape = self.input_shape
         result, geometry = self._result(image, resize, allow_nonfinite)
         h, w = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
-        found = by_shape(result.outputs, by) if by is not None else keypoints_of(result, self.plan.program.roles, h,
-                                                                                 w, extraction)
+        found = keypoints_of(result, self.plan.program.roles, h, w, extraction)
         size = geometry.original if geometry is not None else (w, h)
         assert found is not None
         xy, scores, desc = in_original(found, geometry)

@@ -265,3 +265,45 @@ def test_resize_that_is_not_ttnn_upsample_stays_on_the_host(mode: str, coords: s
     g = ir(RESIZE.format(mode=mode, coords=coords, nearest="floor", sh=sh, sw=2.0, oh=oh, ow=14))
     reason = device_support(next(n for n in g.nodes if n.op.name == "onnx.Resize"))
     assert reason is not None and why in reason, reason
+
+
+def test_what_ttnn_reads_in_bf16_gets_a_float32_block_cast(tmp_path) -> None:
+    """Every block stored in float32: a convolution, an average pool and a bilinear upsample read
+    it cast to bf16 (ttnn's take bf16, the L1 model sizes a conv for it); a max pool reads it as
+    stored (an NMS compares the map with its pool)."""
+    import onnx
+    from click.testing import CliRunner
+    from onnx import TensorProto, helper, numpy_helper
+
+    from spc.cli import main
+    from spc.plan.io import read_plan
+    from spc.ttnn.formats import DataFormat
+
+    w1 = numpy_helper.from_array(RNG.normal(size=(32, 4, 3, 3)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(RNG.normal(size=(32, 32, 3, 3)).astype(np.float32), "w2")
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("AveragePool", ["r1"], ["a"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["a", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Resize", ["c2", "", "scales"], ["u"], mode="linear"),
+             helper.make_node("MaxPool", ["u"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    f = TensorProto.FLOAT
+    g = helper.make_graph(nodes, "casts", [helper.make_tensor_value_info("x", f, [1, 4, 16, 16])],
+                          [helper.make_tensor_value_info("y", f, [1, 32, 16, 16])], [w1, w2, scales])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=9), tmp_path / "m.onnx")
+    (tmp_path / "p.toml").write_text('[blocks."*"]\noutput_dtype = "float32"\n')
+    result = CliRunner().invoke(main, ["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.ttplan"),
+                                       "--precision-config", str(tmp_path / "p.toml")])
+    assert result.exit_code == 0, result.output
+    ops = read_plan(tmp_path / "m.ttplan").program.device_ops
+    made = {op.output: op for op in ops}
+
+    def reads(call: str) -> DataFormat:
+        op = next(o for o in ops if o.op == call and (call != "ttnn.conv2d" or o.args["in_channels"] == 32))
+        return made[op.inputs[0]].dtype
+
+    assert reads("ttnn.conv2d") is DataFormat.BFLOAT16
+    assert reads("ttnn.avg_pool2d") is DataFormat.BFLOAT16
+    assert made[made[next(o for o in ops if o.op == "ttnn.upsample").inputs[0]].inputs[0]].dtype is DataFormat.BFLOAT16
+    assert reads("ttnn.max_pool2d") is DataFormat.FLOAT32

@@ -233,21 +233,34 @@ def test_descriptor_dimensions_must_agree(plans: dict[str, Path], pictures: Path
 
 
 def test_a_fixed_k_extractor_read_by_shape() -> None:
-    """DISK exported with a fixed K has no recognised keypoint extraction: its outputs are read by
-    shape, whatever their names and order; a padded slot (non-finite) is dropped."""
-    from spc.runtime.matching import by_shape, extractor_outputs
+    """DISK exported with a fixed K has no recognised keypoint extraction: its outputs get their
+    roles from their shapes (lowering/roles.py), whatever their names and order; and none where
+    the shapes do not say it."""
+    from spc.lowering.roles import output_roles
+    from spc.runtime.extraction import has_keypoints
+    from tests.conftest import ir
 
-    prog = _program([_spec("im", "f32", [1, 3, 48, 64])],
-                    [_spec("s", "f32", [1, 8]), _spec("d", "f32", [1, 8, 16]), _spec("k", "f32", [1, 8, 2])])
-    names = extractor_outputs(prog)
-    assert not isinstance(names, str) and (names.keypoints, names.scores, names.descriptors) == ("k", "s", "d")
-    scores = np.arange(8, dtype=np.float32)
-    scores[3] = -np.inf
-    xy, s, d = by_shape({"k": np.ones((1, 8, 2)), "s": scores[None], "d": np.ones((1, 8, 16))}, names)
-    assert len(xy) == len(s) == len(d) == 7 and d.shape[1] == 16
-    other = _program(prog.inputs, [_spec("s", "f32", [1, 8]), _spec("d", "f32", [1, 7, 16]),
-                                   _spec("k", "f32", [1, 8, 2])])
-    assert "are not keypoints" in extractor_outputs(other)
+    text = """graph @t(%x: f32[1,8,16]) {{
+  %p: i64[2] = const dense<[1, 0]>
+  %k: f32[1,8,2] = onnx.Slice(%x, %z, %two, %two1) #k
+  %s: f32[1,{n}] = onnx.ReduceMax(%x, %ax) {{keepdims = 0}} #s
+  %d: f32[1,8,16] = onnx.Relu(%x) #d
+  return %s, %d, %k
+}}
+"""
+    consts = """  %z: i64[1] = const dense<[0]>
+  %two: i64[1] = const dense<[2]>
+  %two1: i64[1] = const dense<[2]>
+  %ax: i64[1] = const dense<[2]>
+"""
+    g = ir(text.format(n=8).replace("  %p: i64[2] = const dense<[1, 0]>\n", consts))
+    roles = output_roles(g)
+    assert {n: r["spec"] for n, r in roles.items()} == {"k": "keypoints xy pixel f32 batch", "s": "scores batch",
+                                                       "d": "descriptors nd batch"}
+    assert has_keypoints(roles)
+    other = ir(text.format(n=8).replace("  %p: i64[2] = const dense<[1, 0]>\n", consts)
+               .replace("%d: f32[1,8,16] = onnx.Relu(%x)", "%d: f32[1,8,2] = onnx.Relu(%k)"))
+    assert not has_keypoints(output_roles(other))
 
 
 def test_match_on_the_mock_p150(ttnn_python: str, plans: dict[str, Path], pictures: Path, tmp_path: Path) -> None:

@@ -61,6 +61,10 @@ def _conv2d(em: Emitter, n: Node, ins: list[str]) -> str:
     ins = [em.to_nhwc(ins[0], x, n.name)]
     pads = n.attrs["pads"]
     scale = n.input(3)
+    if scale is None:
+        # a block stored in float32 ahead of a conv: read in bf16, as the L1 model sizes the conv's
+        # halo and activation buffers (a float32 input clashed with L1 on the mock p150: DISK)
+        ins = [em.stored_as(ins[0], DataFormat.BFLOAT16, n.name)]
     weights = {"weight_tensor": em.weight(w)}
     if b is not None and scale is None:
         weights["bias_tensor"] = em.weight(b)
@@ -103,8 +107,9 @@ def _max_pool(em: Emitter, n: Node, ins: list[str]) -> str:
     assert x is not None
     src = _layout(x)
     pads = n.attrs.get("pads", [0, 0, 0, 0])
-    # ttnn's pools take bf16 only (pool_op.cpp: "Only BFLOAT16 supported"): a block stored in float32 is cast
-    ins = [em.stored_as(em.to_nhwc(ins[0], x, n.name), DataFormat.BFLOAT16, n.name)]
+    # not cast to bf16 where its input is float32 (ttnn's pools take bf16 only): an NMS compares the
+    # map with its pool, and a pool of the rounded map is not the map's maximum (DISK: no keypoint left)
+    ins = [em.to_nhwc(ins[0], x, n.name)]
     # read by anything but convs and pools (an NMS spelled op by op): interleaved, as spc.Nms keeps
     # its pools, since ttnn's element-wise calls reject the default height shards (not tile-sized)
     windowed = {"spc.Conv2d", "onnx.MaxPool"}

@@ -12,6 +12,7 @@ from spc.ir.graph import Node
 from spc.lowering.emitter import Emitter
 from spc.lowering.operands import Ins, shape_of
 from spc.lowering.registry import lowers
+from spc.ttnn.formats import DataFormat
 from spc.ttnn.layout import DeviceLayout
 from spc.ttnn.memory import DRAM_INTERLEAVED
 
@@ -60,9 +61,12 @@ def _resize(em: Emitter, n: Node, ins: Ins) -> str:
     scales = _scales(n)
     assert scales is not None
     base = n.output.name
-    t = em.row_major(em.interleaved(em.to_nhwc(ins[0], x, n.name), n.name), n.name)
-    t = em.emit("ttnn.reshape", [t], base + "/nhwc", src, n.name, shape=[src.n, src.h, src.w, src.c])
     mode = "nearest" if n.attrs.get("mode", "nearest") == "nearest" else "bilinear"
+    t = em.interleaved(em.to_nhwc(ins[0], x, n.name), n.name)
+    if mode == "bilinear":  # the mock p150: "Bilinear upsample requires BFLOAT16 input"
+        t = em.stored_as(t, DataFormat.BFLOAT16, n.name)
+    t = em.row_major(t, n.name)
+    t = em.emit("ttnn.reshape", [t], base + "/nhwc", src, n.name, shape=[src.n, src.h, src.w, src.c])
     u = em.emit("ttnn.upsample", [t], base + "/upsampled", out, n.name, out_shape=[out.n, out.h, out.w, out.c],
                 batch_size=src.n, input_h=src.h, input_w=src.w, channels=src.c, scale_factor=list(scales), mode=mode,
                 memory_config=DRAM_INTERLEAVED)  # bilinear leaves its result sharded, in shards not tile-sized

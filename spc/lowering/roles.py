@@ -5,6 +5,10 @@
 * a dense output is a role when the op that computes it says so (through views): the score map
   of spc.ScoreFold, the NMS map of spc.Nms, the descriptor map of spc.L2Norm, or the detector's
   raw logits — a convolution with cell^2 + 1 output channels whose values feed nothing else;
+* where neither is there, outputs shaped as a fixed-K extractor's (DISK's, a TF top-K export's):
+  the first [1, K, 2] or [K, 2] is keypoints, taken as (x, y) pixels of the input (the order
+  LightGlue-ONNX, hloc and kornia write), then the first float [1, K] or [K] the scores and
+  [1, K, D] or [K, D] the descriptors (:func:`fixed_k_roles`);
 * anything else has no role and is reported by name and shape.
 
 The plan records them (Program.roles); ``spc run`` and ``spc check`` use them.
@@ -87,4 +91,35 @@ def output_roles(g: Graph) -> dict[str, dict[str, Any]]:
                 roles[v.name]["cell"] = int(p.attrs["cell"])
         elif (cell := _logit_cell(p)) is not None:
             roles[v.name] = {"role": "score_logits", "cell": cell}
+    if not any(r.get("role") in ("keypoints", "score_logits") for r in roles.values()):
+        roles.update(fixed_k_roles(g))
     return roles
+
+
+def _static_shape(v: Value) -> list[int] | None:
+    return [int(d) for d in v.type.static_shape] if v.type.is_static else None
+
+
+def fixed_k_roles(g: Graph) -> dict[str, dict[str, Any]]:
+    """Keypoints, scores and descriptors of a fixed-K extractor read by the outputs' shapes, or {}."""
+    def lead(shape: list[int], rank: int) -> tuple[list[int], bool] | None:
+        if len(shape) == rank + 1 and shape[0] == 1:
+            return shape[1:], True
+        return (shape, False) if len(shape) == rank else None
+
+    shapes = [(v, sh) for v in g.outputs if (sh := _static_shape(v)) is not None]
+    kp = next(((v, got) for v, sh in shapes if (got := lead(sh, 2)) is not None and got[0][1] == 2), None)
+    if kp is None:
+        return {}
+    k = kp[1][0][0]
+    floats = [(v, sh) for v, sh in shapes if v is not kp[0] and v.type.dtype.is_float]
+    sc = next(((v, got) for v, sh in floats if (got := lead(sh, 1)) is not None and got[0] == [k]), None)
+    de = next(((v, got) for v, sh in floats if sc is not None and v is not sc[0]
+               and (got := lead(sh, 2)) is not None and got[0][0] == k and got[0][1] > 2), None)
+    if sc is None or de is None:
+        return {}
+    dtype = "f32" if kp[0].type.dtype.is_float else "i64"
+    batch = {True: "batch", False: "flat"}
+    return {kp[0].name: {"role": "keypoints", "spec": f"keypoints xy pixel {dtype} {batch[kp[1][1]]}", "by": "shape"},
+            sc[0].name: {"role": "scores", "spec": f"scores {batch[sc[1][1]]}", "by": "shape"},
+            de[0].name: {"role": "descriptors", "spec": f"descriptors nd {batch[de[1][1]]}", "by": "shape"}}

@@ -122,47 +122,6 @@ def matcher_roles(program: Program) -> MatcherRoles | str:
     return MatcherRoles((sides[0], sides[1]), matches, scores_out)
 
 
-class ExtractorOutputs(Struct, frozen=True):
-    """An extractor's outputs read by shape (one with no recognised keypoint extraction: DISK, a
-    fixed-K export): keypoints [1, K, 2] or [K, 2] taken as (x, y) pixels of the plan's input,
-    scores [1, K] or [K], descriptors [1, K, D] or [K, D]."""
-
-    keypoints: str
-    scores: str
-    descriptors: str
-
-
-def extractor_outputs(program: Program) -> ExtractorOutputs | str:
-    """The outputs of a fixed-K extractor by their shapes, or why there are none such: the first
-    [1, K, 2] or [K, 2] output sets K; then the first float [1, K] or [K] and [1, K, D] or [K, D]."""
-    shapes = {s.name: _dims(s) for s in program.outputs}
-    floats = {s.name for s in program.outputs if DType(s.dtype).is_float}
-    kp = next(((n, two[0]) for n, sh in shapes.items() if sh is not None
-               for two in [_lead_one(sh, 2)] if two is not None and two[1] == 2), None)
-    sc = de = None
-    if kp is not None:
-        k = kp[1]
-        rest = [(n, sh) for n, sh in shapes.items() if n != kp[0] and sh is not None and n in floats]
-        sc = next((n for n, sh in rest if _lead_one(sh, 1) == [k]), None)
-        de = next((n for n, sh in rest if n != sc and (two := _lead_one(sh, 2)) is not None and two[0] == k
-                   and two[1] > 2), None)
-    if kp is None or sc is None or de is None:
-        return ("its outputs are not keypoints [1, K, 2], scores [1, K] and descriptors [1, K, D] "
-                f"({', '.join(f'{s.name} {s.shape}' for s in program.outputs)})")
-    return ExtractorOutputs(kp[0], sc, de)
-
-
-def by_shape(outputs: dict[str, np.ndarray], names: ExtractorOutputs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A frame's keypoints (N, 2), scores (N,), descriptors (N, D) from :func:`extractor_outputs`'
-    outputs; a padded slot of a fixed-K export (a score of -inf or NaN, or a keypoint outside
-    the frame's numbers) is dropped."""
-    xy = np.asarray(outputs[names.keypoints], np.float32).reshape(-1, 2)
-    scores = np.asarray(outputs[names.scores], np.float32).reshape(-1)
-    desc = np.asarray(outputs[names.descriptors], np.float32).reshape(len(xy), -1)
-    keep = np.isfinite(scores) & np.isfinite(xy).all(1)
-    return xy[keep], scores[keep], desc[keep]
-
-
 def kept_keypoints(scores: np.ndarray, k: int) -> np.ndarray:
     """The indices of the ``k`` best scores (ties: the first), in their original order."""
     if len(scores) <= k:

@@ -33,17 +33,7 @@ from spc.files import atomic_write, check_outputs, file_sha256, os_errors
 from spc.plan.io import Plan
 from spc.runtime.extraction import Extraction, has_keypoints
 from spc.runtime.frames import frames, probe
-from spc.runtime.matching import (
-    COORDS,
-    ExtractorOutputs,
-    MatcherRoles,
-    by_shape,
-    extractor_outputs,
-    hloc_matches,
-    kept_keypoints,
-    matcher_roles,
-    pair_feeds,
-)
+from spc.runtime.matching import COORDS, MatcherRoles, hloc_matches, kept_keypoints, matcher_roles, pair_feeds
 from spc.runtime.runner import Runner
 from spc.tools.h5_store import H5Store, h5py_module
 from spc.tools.run import H5_SUFFIXES, check_h5, h5_arrays, in_original, keypoints_of, relative_names
@@ -135,17 +125,14 @@ def _roles(matcher: Plan, path: Path | None) -> MatcherRoles:
     return roles
 
 
-def _check_extractor(extractor: Plan, path: Path | None) -> ExtractorOutputs | None:
-    """The extractor's outputs by shape where it has no keypoint roles (runtime/matching.py), else None."""
+def _check_extractor(extractor: Plan, path: Path | None) -> None:
     where = path or "the extractor plan"
-    by = None if has_keypoints(extractor.program.roles) else extractor_outputs(extractor.program)
-    if len(extractor.program.inputs) != 1 or isinstance(by, str):
-        raise SpcError(f"{where}: not an extractor's plan (one image in, keypoints out{': ' + by if by else ''}); "
-                       "give the extractor first, then the matcher")
+    if len(extractor.program.inputs) != 1 or not has_keypoints(extractor.program.roles):
+        raise SpcError(f"{where}: not an extractor's plan (one image in, keypoints out); give the extractor first, "
+                       "then the matcher")
     if extractor.images_per_run != 1:
         raise SpcError(f"{where}: a batch plan ({extractor.images_per_run} images a run); spc match takes a plan "
                        "compiled with --batch 1")
-    return by
 
 
 def outputs_of(output: Path | None, features: Path | None) -> tuple[Path, Path]:
@@ -179,7 +166,7 @@ def _read_back(store: H5Store, name: str) -> ImageFeatures:
 
 def extract_images(extractor: Plan, files: dict[str, Path], store: H5Store, keep: int, backend: str, *,
                    trace: bool, resize: str, allow_nonfinite: bool, extraction: Extraction, viz: bool,
-                   reuse: set[str], by: ExtractorOutputs | None = None) -> dict[str, ImageFeatures]:
+                   reuse: set[str]) -> dict[str, ImageFeatures]:
     """Each image's ``keep`` best keypoints (into ``store``, and returned by name); those in
     ``reuse`` read back from the file instead."""
     shape = [int(d) for d in extractor.program.inputs[0].shape]
@@ -192,9 +179,7 @@ def extract_images(extractor: Plan, files: dict[str, Path], store: H5Store, keep
     with Runner(extractor, backend, trace) as runner:
         for frame in frames(sources, shape, resize, keep_original=viz, allow_nonfinite=allow_nonfinite):
             name = by_source[id(frame.source)]
-            result = runner.run(frame.x)
-            found = by_shape(result.outputs, by) if by is not None else keypoints_of(result, roles, height, width,
-                                                                                     extraction)
+            found = keypoints_of(runner.run(frame.x), roles, height, width, extraction)
             assert found is not None
             xy, scores, desc = in_original(found, frame.geometry)
             if name in reuse:  # --viz on a rerun: the image is decoded again, the file's features kept
@@ -226,7 +211,7 @@ def match_files(extractor: Plan, matcher: Plan, files: list[Path], pairs_file: P
                 trace: bool = True, overwrite: bool = False, skip_existing: bool = False, as_json: bool = False,
                 root: Path | None = None, resize: str = "stretch", coords: str = "pixels",
                 allow_nonfinite: bool = False, extraction: Extraction | None = None) -> None:
-    by = _check_extractor(extractor, extract_path)
+    _check_extractor(extractor, extract_path)
     roles = _roles(matcher, match_path)
     if coords not in COORDS:
         raise SpcError(f"--keypoint-coords {coords!r}: expected one of {', '.join(COORDS)}")
@@ -276,7 +261,7 @@ def match_files(extractor: Plan, matcher: Plan, files: list[Path], pairs_file: P
                 viz.mkdir(parents=True, exist_ok=True)
         images = extract_images(extractor, need, fstore, keep, backend, trace=trace, resize=resize,
                                 allow_nonfinite=allow_nonfinite, extraction=extraction, viz=viz is not None,
-                                reuse=mine_f, by=by)
+                                reuse=mine_f)
         fstore.merge()  # the features are whole before the first match names their indices
         extracted = time.perf_counter()
         total = 0
