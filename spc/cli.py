@@ -585,7 +585,7 @@ def match(extractor: Path, matcher: Path, inputs: tuple[Path, ...], pairs_file: 
     """Extract every image of the pairs with EXTRACTOR (its K best keypoints, K the matcher's), then
     match every pair with MATCHER (LightGlue, SuperGlue or any model taking two images' keypoints and
     descriptors, recognised by their shapes). Writes hloc's features.h5 and matches.h5 (matches0,
-    matching_scores0 per pair), which hloc's readers and COLMAP import take."""
+    matching_scores0 per pair) as hloc's extract_features and match_features write them."""
     if backend.startswith("ttnn"):
         _ttnn_interpreter()
     from spc.runtime.extraction import Extraction
