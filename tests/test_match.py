@@ -277,3 +277,17 @@ def test_match_on_the_mock_p150(ttnn_python: str, plans: dict[str, Path], pictur
     assert "computes no values" in done.stderr
     matches, _ = get_matches(tmp_path / "m.h5", "astronaut.png", "crop.png")
     assert matches.shape[1] == 2
+
+
+def test_normalized_keypoints_as_lightglue_normalises_them() -> None:
+    """--keypoint-coords normalized: an export without image-size inputs takes the keypoints as
+    LightGlue's normalize_keypoints gives them (centred, over half the larger side)."""
+    prog = _program([_spec("a", "f32", [1, 3, 2]), _spec("b", "f32", [1, 3, 2]), _spec("c", "f32", [1, 3, 4]),
+                     _spec("d", "f32", [1, 3, 4])], [_spec("m", "i64", [1, 3])])
+    roles = matcher_roles(prog)
+    assert not isinstance(roles, str) and roles.sides[0].size is None
+    xy = np.array([[0, 0], [640, 480], [320, 240]], np.float32)
+    side = (xy, np.ones(3, np.float32), np.ones((3, 4), np.float32), (640, 480))
+    feeds = pair_feeds(roles, side, side, "normalized")
+    np.testing.assert_allclose(feeds["a"][0], [[-1, -0.75], [1, 0.75], [0, 0]], atol=1e-6)
+    np.testing.assert_allclose(pair_feeds(roles, side, side)["a"][0], xy)
