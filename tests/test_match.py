@@ -202,6 +202,10 @@ def test_pairs_file_resume_and_refusals(plans: dict[str, Path], pictures: Path, 
     assert out.read_bytes() == before
     code, _, err = spc("match", plans["sp"], plans["mnn"], pictures, "--pairs", pairs, "-o", out, "--overwrite")
     assert code == 0, err
+    # the 120x160 coffee has fewer than 64 keypoints: said once, after the pairs
+    code, _, err = spc("match", plans["sp"], plans["mnn"], pictures / "coffee.png", pictures / "db" / "crop.png",
+                       "-o", tmp_path / "c" / "c.h5")
+    assert code == 0 and "coffee.png: fewer keypoints than the matcher's 64 a side; padded" in err, err
     for text, says in [("db/crop.png nothere.png\n", "pairs.txt:1: 'nothere.png' is not one of the input images"),
                        ("db/crop.png\n", "expected two image names"), ("db/crop.png db/crop.png\n", "with itself"),
                        ("# none\n", "holds no pair")]:

@@ -283,6 +283,11 @@ def match_files(extractor: Plan, matcher: Plan, files: list[Path], pairs_file: P
                                  f"keypoints -> {matches_path}:{pair_name(*p)}" + (f", {pngs[p]}" if p in pngs else ""))
     seconds = time.perf_counter() - start
     matched = time.perf_counter() - extracted
+    short = sorted(n for n, f in images.items() if len(f.keypoints) < max(s.count for s in roles.sides))
+    if short and not as_json and backend != "ttnn-mock":
+        more = f" and {len(short) - 1} more" if len(short) > 1 else ""
+        console.note(f"{short[0]}{more}: fewer keypoints than the matcher's {keep} a side; padded, the padding's "
+                     "matches dropped (a learned matcher's attention sees the padding: docs/matchers.md)")
     summary = {"pairs": len(pairs), "matched": len(todo), "kept": len(pairs) - len(todo), "images": len(need),
                "matches": total, "seconds": round(seconds, 3),
                "pairs_per_second": round(len(todo) / matched, 3) if todo and matched > 0 else None,
