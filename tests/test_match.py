@@ -295,3 +295,20 @@ def test_normalized_keypoints_as_lightglue_normalises_them() -> None:
     feeds = pair_feeds(roles, side, side, "normalized")
     np.testing.assert_allclose(feeds["a"][0], [[-1, -0.75], [1, 0.75], [0, 0]], atol=1e-6)
     np.testing.assert_allclose(pair_feeds(roles, side, side)["a"][0], xy)
+
+
+def test_matches_as_pairs_as_lightglue_onnx_returns_them(plans: dict[str, Path], pictures: Path,
+                                                         tmp_path: Path) -> None:
+    """The same matcher returning matches [M, 2] and mscores [M] (M data-dependent, as
+    LightGlue-ONNX's exports do): the same hloc matches as its matches0 form."""
+    from spc.compiler import compile_onnx
+    from tests.corpus.mnn import export
+
+    src = export(tmp_path / "pairs.onnx", k=K, dim=256, threshold=0.8, pairs=True)
+    compile_onnx(src, tmp_path / "pairs.ttplan")
+    import spc as api
+
+    a, b = pictures / "db" / "astronaut.png", pictures / "db" / "crop.png"
+    got, want = api.match(plans["sp"], tmp_path / "pairs.ttplan", a, b), api.match(plans["sp"], plans["mnn"], a, b)
+    assert len(want.matches) >= 10 and (got.matches0 == want.matches0).all()
+    np.testing.assert_allclose(got.scores, want.scores, atol=1e-3)

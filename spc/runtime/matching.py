@@ -13,6 +13,11 @@ from the plan's declared shapes and types and their order, never from the names 
     matches0         [1, K0] or [K0] integer            the first integer output of image 0's length
     scores0          [1, K0] or [K0] float              the first float output of that shape (optional)
 
+or, as LightGlue-ONNX's exports return them, the matches as pairs:
+
+    matches          [M, 2] integer, M data-dependent   (i in image 0, j in image 1) per match
+    mscores          [M] float                          (optional)
+
 A matcher compiled for K keypoints per image gets each image's K best by score (kept in the
 extractor's order); an image with fewer is padded (keypoints at the image's centre, zero
 descriptors and scores), and matches to or from the padding are dropped. The padding takes part
@@ -48,6 +53,7 @@ class MatcherRoles(Struct, frozen=True):
     sides: tuple[Side, Side]
     matches: str
     match_scores: str | None
+    pairs: bool = False  # matches as an [M, 2] list of (i, j), not matches0
 
 
 def _dims(spec: TensorSpec) -> list[int] | None:
@@ -116,10 +122,21 @@ def matcher_roles(program: Program) -> MatcherRoles | str:
         elif scores_out is None and DType(spec.dtype).is_float:
             scores_out = spec.name
     if matches is None:
-        return (f"a matcher returns its matches as an integer output [1, {counts[0]}] (matches0: for each keypoint "
-                "of image 0, its match in image 1 or -1); this plan's outputs are "
-                + ", ".join(f"{s.name} {s.shape}" for s in program.outputs))
+        return _pair_roles(program, (sides[0], sides[1])) or (
+            f"a matcher returns its matches as an integer output [1, {counts[0]}] (matches0: for each keypoint of "
+            "image 0, its match in image 1 or -1) or [M, 2] (pairs); this plan's outputs are "
+            + ", ".join(f"{s.name} {s.shape}" for s in program.outputs))
     return MatcherRoles((sides[0], sides[1]), matches, scores_out)
+
+
+def _pair_roles(program: Program, sides: tuple[Side, Side]) -> MatcherRoles | None:
+    """Matches as pairs: the first integer [M, 2] output, and the first float [M] of the same M."""
+    pairs = next((s for s in program.outputs if DType(s.dtype).is_int and len(s.shape) == 2 and s.shape[1] == 2),
+                 None)
+    if pairs is None:
+        return None
+    scores = next((s for s in program.outputs if DType(s.dtype).is_float and s.shape == [pairs.shape[0]]), None)
+    return MatcherRoles(sides, pairs.name, scores.name if scores else None, pairs=True)
 
 
 def kept_keypoints(scores: np.ndarray, k: int) -> np.ndarray:
@@ -167,6 +184,14 @@ def hloc_matches(outputs: dict[str, np.ndarray], roles: MatcherRoles, n0: int,
                  n1: int) -> tuple[np.ndarray, np.ndarray]:
     """hloc's matches0 (N0,) int16 and matching_scores0 (N0,) float16 for the real keypoints
     (``n0``, ``n1``: each image's, before the padding): a match into the padding is none."""
+    if roles.pairs:
+        ij = np.asarray(outputs[roles.matches]).reshape(-1, 2).astype(np.int64)
+        given = (np.asarray(outputs[roles.match_scores], np.float32).reshape(-1) if roles.match_scores is not None
+                 else np.ones(len(ij), np.float32))
+        keep = (ij[:, 0] >= 0) & (ij[:, 0] < n0) & (ij[:, 1] >= 0) & (ij[:, 1] < n1)
+        m, s = np.full(n0, -1, np.int64), np.zeros(n0, np.float32)
+        m[ij[keep, 0]], s[ij[keep, 0]] = ij[keep, 1], given[:len(ij)][keep]
+        return m.astype(np.int16), s.astype(np.float16)
     m = np.asarray(outputs[roles.matches]).reshape(-1)[:n0].astype(np.int64)
     m = np.where((m >= 0) & (m < n1), m, -1)
     if roles.match_scores is not None:

@@ -14,7 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def export(path: Path, k: int = 64, dim: int = 256, threshold: float = 0.7) -> Path:
+def export(path: Path, k: int = 64, dim: int = 256, threshold: float = 0.7, pairs: bool = False) -> Path:
+    """``pairs``: return the matches as LightGlue-ONNX's exports do, matches [M, 2] (i, j) and
+    mscores [M], M data-dependent, instead of matches0 and matching_scores0."""
     import torch
 
     class MutualNearest(torch.nn.Module):
@@ -24,6 +26,9 @@ def export(path: Path, k: int = 64, dim: int = 256, threshold: float = 0.7) -> P
             m1 = sim.argmax(1)
             mutual = torch.gather(m1, 1, m0) == torch.arange(sim.shape[1])[None]
             valid = mutual & (best0 > threshold)
+            if pairs:
+                idx = torch.nonzero(valid[0])[:, 0]
+                return torch.stack([idx, m0[0][idx]], -1), best0[0][idx]
             return torch.where(valid, m0, -1), torch.where(valid, best0, 0.0)
 
     # four distinct tensors: the exporter takes one tensor passed twice for one input
@@ -32,5 +37,6 @@ def export(path: Path, k: int = 64, dim: int = 256, threshold: float = 0.7) -> P
             torch.nn.functional.normalize(torch.randn(1, k, dim), dim=2))
     torch.onnx.export(MutualNearest().eval(), args, str(path),
                       input_names=["kpts0", "kpts1", "desc0", "desc1"],
-                      output_names=["matches0", "matching_scores0"], dynamo=True, opset_version=18)
+                      output_names=["matches", "mscores"] if pairs else ["matches0", "matching_scores0"], dynamo=True,
+                      opset_version=18)
     return path
