@@ -33,7 +33,7 @@ from spc.runtime.backend import PreparedProgram
 from spc.runtime.batches import fill, groups, image_of
 from spc.runtime.extraction import frame_keypoints, score_map_from_logits
 from spc.runtime.runner import Runner, RunResult
-from spc.tuning.metrics import index_set_f1, keypoint_agreement, pcc
+from spc.tuning.metrics import index_set_f1, keypoint_agreement, pair_set_f1, pcc
 
 NAN = float("nan")
 # onnxruntime's input type names -> numpy
@@ -161,7 +161,15 @@ def compare(name: str, ours: RunResult, ref: dict[str, np.ndarray], maps: dict[s
             continue
         b = ref[out]
         same = a.shape == b.shape
-        if same and not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(b.dtype, np.floating):
+        ints = not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(b.dtype, np.floating)
+        if ints and a.ndim == b.ndim == 2 and a.shape[1] == b.shape[1] == 2:
+            # matches as (i, j) pairs, a count each side: the rows as a set
+            rows = {tuple(r) for r in a.tolist()} ^ {tuple(r) for r in b.tolist()}
+            generic[out] = [float((a == b).all(1).mean()) if same and a.size else (1.0 if same else NAN),
+                            float(len(rows)), pair_set_f1(a, b)]
+            exact.append(out)
+            continue
+        if same and ints:
             # indices and counts (a matcher's matches): equal or not, a correlation means nothing
             equal = a == b
             generic[out] = [float(equal.mean()) if a.size else 1.0, float(np.count_nonzero(~equal)),

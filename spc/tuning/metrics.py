@@ -26,6 +26,16 @@ def index_set_f1(a: np.ndarray, b: np.ndarray) -> float:
     return 2 * len(ours & theirs) / (len(ours) + len(theirs))
 
 
+def pair_set_f1(a: np.ndarray, b: np.ndarray) -> float:
+    """F1 of two lists of (i, j) rows (a matcher's matches as pairs, each side's own count); 1
+    when neither has any."""
+    ours = {(int(i), int(j)) for i, j in np.asarray(a).reshape(-1, 2)}
+    theirs = {(int(i), int(j)) for i, j in np.asarray(b).reshape(-1, 2)}
+    if not ours and not theirs:
+        return 1.0
+    return 2 * len(ours & theirs) / (len(ours) + len(theirs))
+
+
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k best scores (stable: ties keep their order)."""
     order = np.argsort(-scores, kind="stable")
