@@ -26,8 +26,7 @@ import numpy as np
 
 from spc.ir import ops
 from spc.ir.graph import Graph
-from spc.passes.manager import Pass, PassContext, PassResult
-from spc.passes.rewrite import ANY, Match, P, Rule, apply_rules
+from spc.passes.rewrite import ANY, Match, P, Rule, RulePass
 
 
 def _ints(attrs: dict, key: str, default: list[int]) -> list[int]:
@@ -82,11 +81,7 @@ def _rewrite(g: Graph, m: Match):
 RULES = [Rule("conv1d", P("onnx.Conv", ANY, P(const=True), name="conv"), _rewrite, check=_check)]
 
 
-class Conv1d(Pass):
+class Conv1d(RulePass):
     name = "conv1d"
     summary = "a 1-D Conv as a MatMul (pointwise) or as the 2-D Conv over a unit height"
-    explains = (name, *(r.name for r in RULES))
-
-    def run(self, g: Graph, ctx: PassContext) -> PassResult:
-        counts = apply_rules(g, RULES, explain=ctx.explainer, pass_name=self.name)
-        return PassResult(bool(counts), counts)
+    rules = RULES

@@ -20,8 +20,7 @@ import numpy as np
 
 from spc.ir import ops
 from spc.ir.graph import Graph
-from spc.passes.manager import Pass, PassContext, PassResult
-from spc.passes.rewrite import ANY, Match, P, Rule, apply_rules
+from spc.passes.rewrite import ANY, Match, P, Rule, RulePass
 
 
 def _fold(g: Graph, m: Match):
@@ -59,11 +58,7 @@ def _check(m) -> str | None:
     return None
 
 
-class FoldBatchNorm(Pass):
+class FoldBatchNorm(RulePass):
     name = "fold-batchnorm"
     summary = "fold inference BatchNormalization into the preceding Conv (exact)"
-    explains = (name, *(r.name for r in RULES))
-
-    def run(self, g: Graph, ctx: PassContext) -> PassResult:
-        counts = apply_rules(g, RULES, explain=ctx.explainer, pass_name=self.name)
-        return PassResult(bool(counts), counts)
+    rules = RULES

@@ -26,8 +26,7 @@ import numpy as np
 from spc.ir import ops
 from spc.ir.graph import Graph, Node, Value
 from spc.ir.ops.onnx_conv import explicit_pads
-from spc.passes.manager import Pass, PassContext, PassResult
-from spc.passes.rewrite import Match, P, Rule, apply_rules, single_use
+from spc.passes.rewrite import Match, P, Rule, RulePass, single_use
 
 
 def _conv_attrs(conv: Node, activation: str) -> dict:
@@ -134,13 +133,9 @@ RULES = [
 ]
 
 
-class FuseConvBiasRelu(Pass):
+class FuseConvBiasRelu(RulePass):
     name = "fuse-conv-bias-relu"
     summary = "Conv + bias + Relu -> spc.Conv2d"
     requires = ("fold-batchnorm",)
-    explains = (name, *(r.name for r in RULES))
+    rules = RULES
     creates = ("spc.Conv2d",)
-
-    def run(self, g: Graph, ctx: PassContext) -> PassResult:
-        counts = apply_rules(g, RULES, explain=ctx.explainer, pass_name=self.name)
-        return PassResult(bool(counts), counts)

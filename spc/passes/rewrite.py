@@ -15,12 +15,13 @@ other user (so that fusing them away is safe). ``apply_rules`` runs a rule set t
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from msgspec import Struct, field
 
 from spc.ir.graph import Graph, Node, Value
 from spc.passes.explain import Explainer
+from spc.passes.manager import Pass, PassContext, PassResult
 
 
 class Pattern(Struct, frozen=True):
@@ -194,3 +195,19 @@ def remove_dead(g: Graph) -> int:
             removed += 1
     g.remove_unused_constants()
     return removed
+
+
+class RulePass(Pass):
+    """A pass that is a rule set run to a fixed point (:func:`apply_rules`); ``--explain`` can
+    name the pass and each of its rules."""
+
+    rules: ClassVar[Sequence[Rule]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "explains" not in cls.__dict__:
+            cls.explains = (cls.name, *(r.name for r in cls.rules))
+
+    def run(self, g: Graph, ctx: PassContext) -> PassResult:
+        counts = apply_rules(g, self.rules, explain=ctx.explainer, pass_name=self.name)
+        return PassResult(bool(counts), counts)

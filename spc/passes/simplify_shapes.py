@@ -24,8 +24,7 @@ import numpy as np
 from spc.ir import ops
 from spc.ir.graph import Graph, Node
 from spc.ir.ops.infer import axes_from, norm_axis
-from spc.passes.manager import Pass, PassContext, PassResult
-from spc.passes.rewrite import ANY, Match, P, Rule, apply_rules
+from spc.passes.rewrite import ANY, Match, P, Rule, RulePass
 
 
 def _axes(n: Node, rank: int) -> list[int] | None:
@@ -160,12 +159,8 @@ RULES = [
 ]
 
 
-class SimplifyShapes(Pass):
+class SimplifyShapes(RulePass):
     name = "simplify-shapes"
     summary = "collapse chains of layout ops (squeeze/unsqueeze, reshape, transpose, channel picks)"
     requires = ("fold-constants",)
-    explains = (name, *(r.name for r in RULES))
-
-    def run(self, g: Graph, ctx: PassContext) -> PassResult:
-        counts = apply_rules(g, RULES, explain=ctx.explainer, pass_name=self.name)
-        return PassResult(bool(counts), counts)
+    rules = RULES
