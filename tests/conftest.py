@@ -45,6 +45,23 @@ def assert_ir(g: Graph, expected: str) -> None:
     assert got == want, "\n".join(["the IR is", *got, "", "expected", *want])
 
 
+def spc(*args: object) -> tuple[int, str, str]:
+    """The `spc` command run in this process (click's runner): exit code, stdout, stderr."""
+    from click.testing import CliRunner
+
+    from spc.cli import main
+
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def one_line_error(code: int, err: str, contains: str) -> None:
+    """Bad input's answer: exit 1 and one `spc: error:` line that says ``contains``."""
+    assert code == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("spc: error:") and contains in lines[0], err
+
+
 # Modules (or tests) kept on one worker, in file order, each a group: their module-scoped
 # fixtures (a wheel and its venvs, compiles) are made once. Longest first: a worker starts on
 # them while the other takes the tests one by one.

@@ -10,7 +10,7 @@ from PIL import Image
 
 import spc
 from spc.errors import SpcError
-from tests.test_cli import spc as cli
+from tests.conftest import spc as cli
 
 
 @pytest.fixture(scope="module")

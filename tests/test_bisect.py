@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.test_cli import assert_one_line_error, spc
+from tests.conftest import one_line_error, spc
 
 
 def test_finds_the_planted_culprit(small_onnx: Path, small_plan: Path, tmp_path: Path,
@@ -28,8 +28,8 @@ def test_finds_the_planted_culprit(small_onnx: Path, small_plan: Path, tmp_path:
 def test_refuses_what_it_cannot_compare(small_onnx: Path, small_plan: Path, tmp_path: Path,
                                         images: dict[str, Path]) -> None:
     code, _, err = spc("bisect", small_plan, small_plan, images["camera"])
-    assert_one_line_error(code, err, contains="same precision everywhere")
+    one_line_error(code, err, contains="same precision everywhere")
     other = tmp_path / "single.ttplan"
     spc("compile", small_onnx, "-o", other, "--nms-single-pass", "--precision", "balanced")
     code, _, err = spc("bisect", small_plan, other, images["camera"])
-    assert_one_line_error(code, err, contains="different ttnn programs")
+    one_line_error(code, err, contains="different ttnn programs")

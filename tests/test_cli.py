@@ -21,17 +21,7 @@ from spc.ir.parser import parse_graph
 from spc.passes.pipeline import PASS_NAMES
 from spc.plan.io import read_plan
 from spc.plan.schema import MAX_INPUTS
-
-
-def spc(*args: object) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    return result.exit_code, result.stdout, result.stderr
-
-
-def assert_one_line_error(code: int, err: str, *, contains: str) -> None:
-    assert code == 1, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("spc: error:") and contains in lines[0], err
+from tests.conftest import one_line_error, spc
 
 
 def test_check_against_onnxruntime(small_plan: Path, small_onnx: Path, images: dict[str, Path]) -> None:
@@ -86,7 +76,7 @@ def test_run_several_inputs_into_a_folder(small_plan: Path, tmp_path: Path, imag
 
 def test_several_inputs_need_a_folder(small_plan: Path, tmp_path: Path, images: dict[str, Path]) -> None:
     code, _, err = spc("run", small_plan, images["camera"], images["coffee"], "-o", tmp_path / "one.npz")
-    assert_one_line_error(code, err, contains="need a folder")
+    one_line_error(code, err, contains="need a folder")
     assert not (tmp_path / "one.npz").exists()
 
 
@@ -119,9 +109,9 @@ def test_stop_after_and_print_ir(small_onnx: Path, tmp_path: Path) -> None:
     assert "IR after fuse-score-fold" in err and "IR after insert-device-nms" not in err
     assert not small_onnx.with_name("sp.ttplan.part").exists()
     code, _, err = spc("compile", small_onnx, "--stop-after", "no-such-pass")
-    assert_one_line_error(code, err, contains="no such pass")
+    one_line_error(code, err, contains="no such pass")
     code, _, err = spc("compile", small_onnx, "--stop-after", "a\rb\nc")  # a value with line breaks: one line
-    assert_one_line_error(code, err, contains="--stop-after a\\rb\\nc: no such pass")
+    one_line_error(code, err, contains="--stop-after a\\rb\\nc: no such pass")
 
 
 def test_stop_after_the_memory_stage_dumps_it_and_writes_no_plan(small_onnx: Path, tmp_path: Path) -> None:
@@ -143,7 +133,7 @@ def test_disable_pass_lowers_its_region_op_by_op_and_the_manifest_says_so(small_
                       ("choose-memory-config", "needs its memory configurations"),
                       ("fuse\nkeypoints", "--disable-pass fuse\\nkeypoints: no such pass")]:  # still one line
         code, _, err = spc("compile", small_onnx, "-o", tmp_path / "f.ttplan", "--disable-pass", name)
-        assert_one_line_error(code, err, contains=why)
+        one_line_error(code, err, contains=why)
         assert not (tmp_path / "f.ttplan").exists()
 
 
@@ -153,7 +143,7 @@ def test_list_passes_needs_no_model() -> None:
     assert code == 0 and passes == [*PASS_NAMES, "choose-memory-config"]
     assert "rules: conv-relu, conv" in out  # what --explain can name
     code, _, err = spc("compile")
-    assert_one_line_error(code, err, contains="compile needs the ONNX file")
+    one_line_error(code, err, contains="compile needs the ONNX file")
 
 
 def test_single_pass_nms_is_opt_in(small_onnx: Path, tmp_path: Path) -> None:
@@ -247,7 +237,7 @@ def test_bad_onnx(case: str, small_onnx: Path, tmp_path: Path) -> None:
     path, message = _bad_onnx(tmp_path, small_onnx)[case]
     out = tmp_path / "out.ttplan"
     code, _, err = spc("compile", path, "-o", out)
-    assert_one_line_error(code, err, contains=message)
+    one_line_error(code, err, contains=message)
     assert not out.exists() and not list(tmp_path.glob("*.part"))
 
 
@@ -277,7 +267,7 @@ def test_bad_plans(case: str, small_plan: Path, tmp_path: Path, images: dict[str
     path, message = _bad_plans(tmp_path, small_plan)[case]
     out = tmp_path / "kp.npz"
     code, _, err = spc("run", path, images["camera"], "-o", out)
-    assert_one_line_error(code, err, contains=message)
+    one_line_error(code, err, contains=message)
     assert not out.exists()
 
 
@@ -298,7 +288,7 @@ def test_bad_inputs(case: str, small_plan: Path, tmp_path: Path) -> None:
     path, message = _bad_inputs(tmp_path)[case]
     out = tmp_path / "kp.npz"
     code, _, err = spc("run", small_plan, path, "-o", out)
-    assert_one_line_error(code, err, contains=message)
+    one_line_error(code, err, contains=message)
     assert not out.exists()
 
 
@@ -326,7 +316,7 @@ def test_a_missing_extra_is_one_line_saying_what_to_install(small_plan: Path, im
                "sys.argv = ['spc', *sys.argv[1:]]; main()")
     done = subprocess.run([sys.executable, "-c", blocked, "run", str(small_plan), str(frame), "-o",
                            str(tmp_path / "o.npz")], capture_output=True, text=True, check=False)
-    assert_one_line_error(done.returncode, done.stderr, contains="needs torch")
+    one_line_error(done.returncode, done.stderr, contains="needs torch")
     assert "pip install 'spc[full]'" in done.stderr and not (tmp_path / "o.npz").exists()
 
 
@@ -335,9 +325,7 @@ COMMANDS = ["export", "compile", "run", "bench", "check", "inspect", "emit-py", 
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_help_shows_examples_and_the_verbosity_flags(command: str) -> None:
-    from click.testing import CliRunner
 
-    from spc.cli import main
 
     done = CliRunner().invoke(main, [command, "--help"])
     assert done.exit_code == 0, done.output
@@ -374,6 +362,6 @@ def test_bad_usage_is_one_error_line(args: list[str], contains: str) -> None:
     """What click refuses before a command runs is one `spc: error:` line and exit 1, as every
     other refusal (the console script, not CliRunner: entry() turns click's usage errors so)."""
     done = subprocess.run([sys.executable, "-m", "spc.cli", *args], capture_output=True, text=True, check=False)
-    assert_one_line_error(done.returncode, done.stderr, contains=contains)
+    one_line_error(done.returncode, done.stderr, contains=contains)
     alone = subprocess.run([sys.executable, "-m", "spc.cli"], capture_output=True, text=True, check=False)
     assert alone.returncode == 0 and alone.stdout.startswith("Usage: spc")

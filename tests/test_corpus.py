@@ -133,7 +133,7 @@ def test_emitted_program_with_device_constants_runs_on_the_mock_p150(plans, ttnn
                                                                     tmp_path: Path) -> None:
     """SuperPoint-Open's batch norms read per-channel constants: the emitted program puts them on
     the device before its first call."""
-    from tests.test_cli import spc
+    from tests.conftest import spc
 
     _, plan_path, _ = plans["superpoint_open_op17"]
     program = tmp_path / "program.py"

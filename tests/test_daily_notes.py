@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 from PIL import Image
 
-from tests.test_cli import assert_one_line_error, spc
+from tests.conftest import one_line_error, spc
 
 
 @pytest.fixture()
@@ -30,7 +30,7 @@ def test_run_on_a_model_says_compile_it_first(relu_plan, tmp_path: Path) -> None
     model, _ = relu_plan
     np.save(tmp_path / "x.npy", np.zeros((1, 1, 8, 8), np.float32))
     code, _, err = spc("run", model, tmp_path / "x.npy")
-    assert_one_line_error(code, err, contains=f"compile it first: spc compile {model} -o m.ttplan")
+    one_line_error(code, err, contains=f"compile it first: spc compile {model} -o m.ttplan")
 
 
 def test_check_json_is_json_and_the_table_has_no_keypoint_columns(relu_plan, tmp_path: Path) -> None:

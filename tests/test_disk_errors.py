@@ -13,7 +13,7 @@ import h5py
 import pytest
 
 from spc import files as spc_files
-from tests.test_cli import assert_one_line_error, spc
+from tests.conftest import one_line_error, spc
 
 
 def _fail_on(monkeypatch: pytest.MonkeyPatch, nth: int, code: int) -> None:
@@ -40,7 +40,7 @@ def test_npz_run_stops_in_one_line_and_keeps_what_it_wrote(small_plan: Path, ima
         shutil.copy(images[name], folder / f"{i}.png")
     _fail_on(monkeypatch, 3, code)
     status, _, err = spc("-q", "run", small_plan, folder, "-o", tmp_path / "out")
-    assert_one_line_error(status, err, contains=says)
+    one_line_error(status, err, contains=says)
     assert "stopped after 2 of 4 frame(s)" in err, err
     left = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert left == ["0.png.npz", "1.png.npz"], left  # whole files only: no .part, no third file
@@ -62,7 +62,7 @@ def test_h5_run_on_a_full_disk_leaves_the_file_as_it_was(small_plan: Path, image
 
     monkeypatch.setattr(shutil, "copyfile", full)
     status, _, err = spc("-q", "run", small_plan, images["coffee"], "--format", "h5", "-o", h5)
-    assert_one_line_error(status, err, contains="no space left")
+    one_line_error(status, err, contains="no space left")
     assert h5.read_bytes() == before
     with h5py.File(h5) as f:
         assert list(f) == ["camera.png"]

@@ -33,7 +33,7 @@ from spc.plan.io import Plan, read_plan
 from spc.plan.schema import MAX_NAME
 from spc.tools.emit_py import RESERVED, Names, literal, render
 from spc.ttnn.calls import Attr, Call, Ref
-from tests.test_cli import spc
+from tests.conftest import spc
 from tests.test_ttnn_mock import rewrite
 
 MARK = "ZQX"  # in every hostile string, and in nothing else

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from spc.plan.io import read_plan
 from spc.ttnn.targets import TARGETS
-from tests.test_cli import spc
+from tests.conftest import spc
 
 
 def test_inspect_reports_calls_and_frame_totals(small_onnx: Path, small_plan: Path, tmp_path: Path) -> None:

@@ -11,27 +11,15 @@ import h5py
 import numpy as np
 import onnxruntime as ort
 import pytest
-from click.testing import CliRunner
 from PIL import Image
 
-from spc.cli import main
 from spc.ir.types import DType
 from spc.plan.program import Program, TensorSpec
 from spc.runtime.matching import hloc_matches, kept_keypoints, matcher_roles, pair_feeds
 from spc.tuning.metrics import index_set_f1
+from tests.conftest import one_line_error, spc
 
 K = 64
-
-
-def spc(*args: object) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    return result.exit_code, result.stdout, result.stderr
-
-
-def one_line_error(code: int, err: str, contains: str) -> None:
-    assert code == 1, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("spc: error:") and contains in lines[0], err
 
 
 # hloc's reader (hloc/utils/parsers.py names_to_pair, hloc/utils/io.py get_matches), as hloc runs it

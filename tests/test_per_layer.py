@@ -14,7 +14,7 @@ from spc.errors import SpcError
 from spc.plan.io import Plan, read_plan
 from spc.runtime.inputs import load_input
 from spc.tuning.per_layer import PerLayerReport, per_layer
-from tests.test_cli import assert_one_line_error, spc
+from tests.conftest import one_line_error, spc
 
 PLANTED = "encoder.conv_blocks.1.conv_b"  # a mid-encoder conv: 64 -> 64 channels at 60x80
 
@@ -121,11 +121,11 @@ def test_cli_json_marks_and_errors(small_plan: Path, small_onnx: Path, images: d
     assert code == 0 and "adds the most error" in out and "in program order" in out, err
 
     code, _, err = spc("check", small_plan, images["camera"], "--per-layer", "--backend", "ttnn-mock")
-    assert_one_line_error(code, err, contains="emu")
+    one_line_error(code, err, contains="emu")
     code, _, err = spc("check", small_plan, images["camera"], "--per-layer", "--min-f1", "0.9")
-    assert_one_line_error(code, err, contains="--min-f1")
+    one_line_error(code, err, contains="--min-f1")
     code, _, err = spc("check", small_plan, images["camera"].with_name("missing.png"), "--per-layer")
-    assert_one_line_error(code, err, contains="missing.png")
+    one_line_error(code, err, contains="missing.png")
     code, _, err = spc("check", small_plan, images["camera"], "--per-layer", "--onnx", small_plan)
     assert code == 1 and err.startswith("spc: error:"), err
 

@@ -14,8 +14,8 @@ import pytest
 
 from spc.runtime.extraction import standard_keypoints
 from spc.tuning.metrics import keypoint_agreement
+from tests.conftest import one_line_error, spc
 from tests.corpus.exports import cached
-from tests.test_cli import assert_one_line_error, spc
 
 H, W = 120, 160
 
@@ -84,7 +84,7 @@ def test_bad_extraction_parameters_are_one_line(raw_plan, images, tmp_path: Path
     _, plan = raw_plan
     for option, value, says in (("--max-keypoints", "0", "max keypoints"), ("--threshold", "nan", "threshold")):
         code, _, err = spc("run", plan, images["camera"], option, value, "-o", tmp_path / "x.npz")
-        assert_one_line_error(code, err, contains=says)
+        one_line_error(code, err, contains=says)
         assert not (tmp_path / "x.npz").exists()
 
 
@@ -120,4 +120,4 @@ def test_check_finds_the_source_where_it_was_compiled_from(raw_plan, images, tmp
     assert code == 0, err
     copy.write_bytes(copy.read_bytes() + b"\0")  # changed since: not its source any more
     code, _, err = spc("check", tmp_path / "c.ttplan", images["camera"])
-    assert_one_line_error(code, err, contains="not the ONNX this plan was compiled from")
+    one_line_error(code, err, contains="not the ONNX this plan was compiled from")

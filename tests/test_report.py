@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_cli import assert_one_line_error, spc
+from tests.conftest import one_line_error, spc
 from tests.test_untrusted_plans import edited, first_op
 
 SECTIONS = ("summary", "passes", "l1", "time", "per-layer", "overlay", "program")
@@ -188,7 +188,7 @@ def test_json_and_overwrite(small_plan: Path, tmp_path: Path) -> None:
     assert code == 0, err
     assert json.loads(stdout) == {"output": str(out), "input": None, "keypoints": None, "per_layer": False}
     code, _, err = spc("report", small_plan, "-o", out)
-    assert_one_line_error(code, err, contains="already exists")
+    one_line_error(code, err, contains="already exists")
     code, _, err = spc("report", small_plan, "-o", out, "--overwrite")
     assert code == 0, err
 
@@ -198,7 +198,7 @@ def test_never_over_an_input(small_plan: Path, images: dict[str, Path], tmp_path
     for args in ((small_plan, "-o", small_plan), (small_plan, images["camera"], "-o", images["camera"]),
                  (small_plan, "-o", small_plan.with_suffix(".onnx"), "--onnx", small_plan.with_suffix(".onnx"))):
         code, _, err = spc("report", *args, "--overwrite")
-        assert_one_line_error(code, err, contains="writing it would replace the input")
+        one_line_error(code, err, contains="writing it would replace the input")
     assert small_plan.read_bytes() == before
 
 
@@ -207,15 +207,15 @@ def test_a_bad_plan_is_one_line(small_plan: Path, tmp_path: Path, images: dict[s
     junk.write_bytes(b"not a zip")
     out = tmp_path / "r.html"
     code, _, err = spc("report", junk, "-o", out)
-    assert_one_line_error(code, err, contains="junk.ttplan")
+    one_line_error(code, err, contains="junk.ttplan")
     code, _, err = spc("report", tmp_path / "missing.ttplan", "-o", out)
-    assert_one_line_error(code, err, contains="missing.ttplan")
+    one_line_error(code, err, contains="missing.ttplan")
     plan = edited(small_plan, tmp_path / "e.ttplan", program=first_op(lambda op: op["args"].update(stride=[0, 1])))
     code, _, err = spc("report", plan, "-o", out)
-    assert_one_line_error(code, err, contains="recompile the plan")
+    one_line_error(code, err, contains="recompile the plan")
     # an input the plan cannot take, and a plan whose source ONNX is not there
     code, _, err = spc("report", small_plan, tmp_path / "none.png", "-o", out)
-    assert_one_line_error(code, err, contains="none.png")
+    one_line_error(code, err, contains="none.png")
     import shutil
 
     from spc.plan.io import read_plan
@@ -227,7 +227,7 @@ def test_a_bad_plan_is_one_line(small_plan: Path, tmp_path: Path, images: dict[s
     assert spc("compile", gone, "-o", alone)[0] == 0
     gone.unlink()
     code, _, err = spc("report", alone, images["camera"], "-o", out)
-    assert_one_line_error(code, err, contains="--onnx")
+    one_line_error(code, err, contains="--onnx")
     assert not out.exists()
 
 
@@ -239,7 +239,7 @@ def test_without_matplotlib_one_line_says_what_to_install(small_plan: Path, tmp_
     out = tmp_path / "r.html"
     done = subprocess.run([sys.executable, "-c", blocked, "report", str(small_plan), "-o", str(out)],
                           capture_output=True, text=True, check=False)
-    assert_one_line_error(done.returncode, done.stderr, contains="matplotlib")
+    one_line_error(done.returncode, done.stderr, contains="matplotlib")
     assert "pip install 'spc[full]'" in done.stderr and not out.exists()
 
 

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 from PIL import Image
 
 from spc.runtime.frames import Geometry, Source, frames
-from tests.test_cli import assert_one_line_error, spc
+from tests.conftest import one_line_error, spc
 from tests.test_untrusted_inputs import refused
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,7 +207,7 @@ def test_video_frames_as_npz_files(relu_plan: Path, tmp_path: Path) -> None:
 def test_h5_needs_keypoints_and_a_readable_video(relu_plan: Path, small_plan: Path, tmp_path: Path) -> None:
     (tmp_path / "x.png").write_bytes(b"")
     code, _, err = spc("run", relu_plan, tmp_path / "x.png", "--format", "h5", "-o", tmp_path / "f.h5")
-    assert_one_line_error(code, err, contains="--format h5 writes keypoints")
+    one_line_error(code, err, contains="--format h5 writes keypoints")
     (tmp_path / "bad.mp4").write_bytes(os.urandom(3000))
     refused("run", small_plan, tmp_path / "bad.mp4", "-o", tmp_path / "o", contains="not a readable video",
             folder=tmp_path)
@@ -266,7 +266,7 @@ def test_an_input_that_fails_to_decode_stops_the_run_and_keeps_what_is_done(relu
     png = images["coffee"].read_bytes()
     (folder / "b.png").write_bytes(png[: len(png) // 2])  # its header intact
     code, _, err = spc("run", relu_plan, folder, "-o", tmp_path / "out", "-q")  # -q: no note for a.png
-    assert_one_line_error(code, err, contains="b.png: not a readable image")
+    one_line_error(code, err, contains="b.png: not a readable image")
     assert "stopped after 1 of 2 frame(s); their results are kept" in err
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.png.npz"]
     assert np.load(tmp_path / "out" / "a.png.npz")["image_size"].tolist() == [512, 512]

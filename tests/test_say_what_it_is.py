@@ -15,8 +15,7 @@ from spc import __version__
 from spc.frontend.weights import demo_weights_path, origin_line, weights_origin
 from spc.plan.io import read_plan
 from spc.plan.schema import MAX_METADATA_ENTRIES, MAX_METADATA_KEY, MAX_METADATA_VALUE
-from tests.conftest import SMALL
-from tests.test_cli import assert_one_line_error, spc
+from tests.conftest import SMALL, one_line_error, spc
 
 
 def metadata(path: Path) -> dict[str, str]:
@@ -239,6 +238,6 @@ def test_inspect_refuses_a_damaged_onnx_in_one_line(small_onnx: Path, tmp_path: 
     bad = tmp_path / "trunc.onnx"
     bad.write_bytes(small_onnx.read_bytes()[:4000])
     code, _, err = spc("inspect", bad)
-    assert_one_line_error(code, err, contains="not an ONNX model")
+    one_line_error(code, err, contains="not an ONNX model")
     code, _, err = spc("inspect", tmp_path / "missing.onnx", "--json")
-    assert_one_line_error(code, err, contains="no such file")
+    one_line_error(code, err, contains="no such file")

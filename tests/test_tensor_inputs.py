@@ -14,26 +14,14 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from click.testing import CliRunner
 from onnx import TensorProto, helper
 
-from spc.cli import main
 from spc.plan.io import read_plan
 from spc.ttnn.formats import DataFormat
+from tests.conftest import one_line_error, spc
 
 N, M, D = 32, 24, 16
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def spc(*args: object) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    return result.exit_code, result.stdout, result.stderr
-
-
-def one_line_error(code: int, err: str, contains: str) -> None:
-    assert code == 1, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("spc: error:") and contains in lines[0], err
 
 
 def matcher_like() -> onnx.ModelProto:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.test_cli import spc
+from tests.conftest import spc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from kill_resume import groups, make_tree

@@ -159,7 +159,7 @@ def test_calls_are_spelled_as_ttnn_spells_them(ttnn_python: str, small_onnx: Pat
 
 
 def test_emitted_program_runs_on_the_mock_p150(ttnn_python: str, small_plan: Path, tmp_path: Path) -> None:
-    from tests.test_cli import spc
+    from tests.conftest import spc
 
     program = tmp_path / "program.py"
     code, _, err = spc("emit-py", small_plan, "-o", program)

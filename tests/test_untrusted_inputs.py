@@ -22,7 +22,7 @@ import pytest
 
 from spc.errors import SpcError
 from spc.runtime.inputs import MAX_IMAGE_PIXELS, grey_image, load_input, read_npy
-from tests.test_cli import assert_one_line_error, spc
+from tests.conftest import one_line_error, spc
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = [1, 3, 120, 160]  # the small plan's input
@@ -39,7 +39,7 @@ def refused(*args: object, contains: str, folder: Path) -> str:
     file below ``folder`` as it was (no output, no .part file, inputs unchanged)."""
     before = snapshot(folder)
     code, _, err = spc(*args)
-    assert_one_line_error(code, err, contains=contains)
+    one_line_error(code, err, contains=contains)
     assert snapshot(folder) == before
     return err
 
@@ -293,7 +293,7 @@ def test_huge_headers_stay_small_in_memory(small_plan: Path, tmp_path: Path) -> 
     peak_mb = {}
     for name, child in children.items():
         out, err = child.communicate(timeout=120)
-        assert_one_line_error(child.returncode, err, contains=name)
+        one_line_error(child.returncode, err, contains=name)
         peak_mb[name] = int(out.split("peak-kb")[-1]) / 1024
     for name in names[1:]:
         assert peak_mb[name] < peak_mb["tiny.npy"] + 32, peak_mb

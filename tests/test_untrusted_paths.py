@@ -17,7 +17,7 @@ import pytest
 from spc.errors import SpcError
 from spc.files import atomic_write
 from spc.plan.io import read_plan
-from tests.test_cli import spc
+from tests.conftest import spc
 from tests.test_untrusted_inputs import refused, snapshot
 
 

@@ -20,7 +20,7 @@ from safetensors.numpy import load, save
 
 from spc.errors import SpcError
 from spc.plan.io import MAX_MEMBER_BYTES, manifest_digest, read_plan
-from tests.test_cli import assert_one_line_error, spc
+from tests.conftest import one_line_error, spc
 
 Edit = Callable[[Any], Any]
 
@@ -90,7 +90,7 @@ def test_an_edited_target_is_refused(small_plan: Path, tmp_path: Path, images: d
     other = edited(small_plan, tmp_path / "n150.ttplan", manifest=lambda m: setitem(m, "target", "n150"))
     out = tmp_path / "out.npz"
     code, _, err = spc("run", other, images["camera"], "-o", out)
-    assert_one_line_error(code, err, contains="the plan is for n150, and this run is for p150; pass --target n150")
+    one_line_error(code, err, contains="the plan is for n150, and this run is for p150; pass --target n150")
     assert not out.exists()
     code, _, err = spc("run", other, images["camera"], "-o", out, "--target", "n150")
     assert code == 0, err
@@ -195,7 +195,7 @@ def test_every_command_refuses_an_edited_plan_in_one_line(command: str, small_pl
     args = {"run": ("run", plan, images["camera"], "-o", tmp_path / "o.npz"), "inspect": ("inspect", plan),
             "emit-py": ("emit-py", plan, "-o", tmp_path / "p.py"), "check": ("check", plan, images["camera"])}
     code, _, err = spc(*args[command])
-    assert_one_line_error(code, err, contains="recompile the plan")
+    one_line_error(code, err, contains="recompile the plan")
     assert not (tmp_path / "o.npz").exists() and not (tmp_path / "p.py").exists()
 
 

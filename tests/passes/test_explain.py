@@ -73,7 +73,7 @@ def test_nobody_listening_costs_nothing() -> None:
 
 
 def test_the_command_explains_a_fusion_without_writing_a_plan(small_onnx: Path, tmp_path: Path) -> None:
-    from tests.test_cli import assert_one_line_error, spc
+    from tests.conftest import one_line_error, spc
 
     code, out, err = spc("compile", small_onnx, "--explain", "fuse-keypoints")
     assert code == 0, err
@@ -81,4 +81,4 @@ def test_the_command_explains_a_fusion_without_writing_a_plan(small_onnx: Path, 
     assert "  outputs: " in out and "  fired: spc.Keypoints replaces" in out
     assert not small_onnx.with_suffix(".ttplan").exists() or small_onnx.with_suffix(".ttplan").stat().st_size
     code, out, err = spc("compile", small_onnx, "--explain", "conv-rleu")
-    assert_one_line_error(code, err, contains="--explain conv-rleu: no such rule or fusion")
+    one_line_error(code, err, contains="--explain conv-rleu: no such rule or fusion")
