@@ -66,6 +66,10 @@ def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except KeyboardInterrupt:
             click.echo("spc: interrupted", err=True)
             sys.exit(130)
+        except BrokenPipeError:  # the reader went away (`| head`): nothing to say, and nothing at exit's flush
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
         except Exception as exc:
             if os.environ.get("SPC_DEBUG"):
                 raise

@@ -365,3 +365,14 @@ def test_bad_usage_is_one_error_line(args: list[str], contains: str) -> None:
     one_line_error(done.returncode, done.stderr, contains=contains)
     alone = subprocess.run([sys.executable, "-m", "spc.cli"], capture_output=True, text=True, check=False)
     assert alone.returncode == 0 and alone.stdout.startswith("Usage: spc")
+
+
+def test_a_reader_that_goes_away_is_no_internal_error() -> None:
+    """`spc compile --list-passes | head -1`: the pipe closes before spc writes; no traceback, no
+    "internal error" (there was one), exit 1."""
+    done = subprocess.Popen([sys.executable, "-m", "spc.cli", "compile", "--list-passes"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parents[1])
+    assert done.stdout is not None and done.stderr is not None
+    done.stdout.close()
+    err = done.stderr.read().decode()
+    assert done.wait() == 1 and err == "", err
