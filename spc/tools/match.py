@@ -36,7 +36,7 @@ from spc.runtime.frames import frames, probe
 from spc.runtime.matching import COORDS, MatcherRoles, hloc_matches, kept_keypoints, matcher_roles, pair_feeds
 from spc.runtime.runner import Runner
 from spc.tools.h5_store import H5Store, h5py_module
-from spc.tools.run import H5_SUFFIXES, check_h5, h5_arrays, in_original, keypoints_of, relative_names
+from spc.tools.run import H5_SUFFIXES, check_h5, h5_arrays, h5_output, in_original, keypoints_of, relative_names
 
 MAX_PAIRS_BYTES = 64 << 20  # a pairs file larger than this is not a list of image pairs
 
@@ -138,14 +138,7 @@ def _check_extractor(extractor: Plan, path: Path | None) -> None:
 def outputs_of(output: Path | None, features: Path | None) -> tuple[Path, Path]:
     """matches.h5 (``-o``: a .h5 name, or a folder for its matches.h5; default ./matches.h5) and
     features.h5 (default: beside it)."""
-    if output is None:
-        matches = Path("matches.h5")
-    elif output.is_dir() or not output.suffix:
-        matches = output / "matches.h5"
-    elif output.suffix.lower() in H5_SUFFIXES:
-        matches = output
-    else:
-        raise SpcError(f"{output}: spc match writes hloc's matches.h5: give -o NAME.h5 (or a folder)")
+    matches = h5_output(output, "matches.h5", "spc match writes hloc's matches.h5")
     feats = features if features is not None else matches.with_name("features.h5")
     if feats.suffix.lower() not in H5_SUFFIXES:
         raise SpcError(f"{feats}: --features names an HDF5 file (.h5)")
@@ -154,14 +147,19 @@ def outputs_of(output: Path | None, features: Path | None) -> tuple[Path, Path]:
     return matches, feats
 
 
-def _read_back(store: H5Store, name: str) -> ImageFeatures:
-    """Features this extractor wrote in an earlier run (--skip-existing), as the matcher gets them."""
+def _read_back(store: H5Store, names: list[str]) -> dict[str, ImageFeatures]:
+    """Features these plans wrote in an earlier run (--skip-existing), as the matcher gets them."""
+    if not names:
+        return {}
     h5py = h5py_module()
+    out: dict[str, ImageFeatures] = {}
     with os_errors(store.path, "cannot read"), h5py.File(store.path, "r") as fd:
-        g = fd[name]
-        size = tuple(int(v) for v in np.asarray(g["image_size"]))
-        return ImageFeatures(np.asarray(g["keypoints"], np.float32), np.asarray(g["scores"], np.float32),
-                      np.asarray(g["descriptors"], np.float32).T, (size[0], size[1]))
+        for name in names:
+            g = fd[name]
+            w, h = (int(v) for v in np.asarray(g["image_size"]))
+            out[name] = ImageFeatures(np.asarray(g["keypoints"], np.float32), np.asarray(g["scores"], np.float32),
+                                      np.asarray(g["descriptors"], np.float32).T, (w, h))
+    return out
 
 
 def extract_images(extractor: Plan, files: dict[str, Path], store: H5Store, keep: int, backend: str, *,
@@ -171,7 +169,8 @@ def extract_images(extractor: Plan, files: dict[str, Path], store: H5Store, keep
     ``reuse`` read back from the file instead."""
     shape = [int(d) for d in extractor.program.inputs[0].shape]
     height, width = shape[-2], shape[-1]
-    got: dict[str, ImageFeatures] = {name: _read_back(store, name) for name in files if name in reuse and not viz}
+    back = _read_back(store, [name for name in files if name in reuse])
+    got: dict[str, ImageFeatures] = {} if viz else dict(back)  # --viz decodes every image again
     todo = [name for name in files if name not in got]
     sources = [probe(files[name], shape, allow_nonfinite) for name in todo]  # every header before decoding
     by_source = {id(s): name for s, name in zip(sources, todo)}
@@ -182,8 +181,8 @@ def extract_images(extractor: Plan, files: dict[str, Path], store: H5Store, keep
             found = keypoints_of(runner.run(frame.x), roles, height, width, extraction)
             assert found is not None
             xy, scores, desc = in_original(found, frame.geometry)
-            if name in reuse:  # --viz on a rerun: the image is decoded again, the file's features kept
-                kept = _read_back(store, name)
+            if name in back:  # --viz on a rerun: the image is decoded again, the file's features kept
+                kept = back[name]
             else:
                 idx = kept_keypoints(scores, keep)
                 arrays, uncertainty = h5_arrays((xy[idx], scores[idx], desc[idx]), frame, width, height)
@@ -283,10 +282,11 @@ def match_files(extractor: Plan, matcher: Plan, files: list[Path], pairs_file: P
                                  f"keypoints -> {matches_path}:{pair_name(*p)}" + (f", {pngs[p]}" if p in pngs else ""))
     seconds = time.perf_counter() - start
     matched = time.perf_counter() - extracted
-    short = sorted(n for n, f in images.items() if len(f.keypoints) < max(s.count for s in roles.sides))
+    most = max(side.count for side in roles.sides)
+    short = sorted(n for n, f in images.items() if len(f.keypoints) < most)
     if short and not as_json and backend != "ttnn-mock":
         more = f" and {len(short) - 1} more" if len(short) > 1 else ""
-        console.note(f"{short[0]}{more}: fewer keypoints than the matcher's {keep} a side; padded, the padding's "
+        console.note(f"{short[0]}{more}: fewer keypoints than the matcher's {most} a side; padded, the padding's "
                      "matches dropped (a learned matcher's attention sees the padding: docs/matchers.md)")
     summary = {"pairs": len(pairs), "matched": len(todo), "kept": len(pairs) - len(todo), "images": len(need),
                "matches": total, "seconds": round(seconds, 3),

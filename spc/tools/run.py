@@ -110,15 +110,16 @@ def frame_group(name: str, index: int | None) -> str:
     return name if index is None else f"{name}/frame_{index:06d}"
 
 
-def h5_output(output: Path | None) -> Path:
-    """The one .h5 file of a run: ``-o`` (a .h5 name, or a folder for its features.h5), default
-    ./features.h5."""
+def h5_output(output: Path | None, name: str = "features.h5",
+              writes: str = "--format h5 writes one HDF5 file for all inputs") -> Path:
+    """The one .h5 file of a run: ``-o`` (a .h5 name, or a folder for its ``name``), default
+    ./``name``; ``writes`` says what, where ``-o`` names something else."""
     if output is None:
-        return Path("features.h5")
+        return Path(name)
     if output.is_dir() or not output.suffix:
-        return output / "features.h5"
+        return output / name
     if output.suffix.lower() not in H5_SUFFIXES:
-        raise SpcError(f"{output}: --format h5 writes one HDF5 file for all inputs: give -o NAME.h5 (or a folder)")
+        raise SpcError(f"{output}: {writes}: give -o NAME.h5 (or a folder)")
     return output
 
 
