@@ -190,6 +190,13 @@ def test_pairs_file_resume_and_refusals(plans: dict[str, Path], pictures: Path, 
     assert out.read_bytes() == before
     code, _, err = spc("match", plans["sp"], plans["mnn"], pictures, "--pairs", pairs, "-o", out, "--overwrite")
     assert code == 0, err
+    # features.h5 written by `spc run` (every keypoint) is not read back as the matcher's best K (an
+    # internal error once: the matcher got more keypoints than it takes)
+    code, _, err = spc("run", plans["sp"], pictures, "--format", "h5", "-o", tmp_path / "r" / "features.h5")
+    assert code == 0, err
+    code, _, err = spc("match", plans["sp"], plans["mnn"], pictures, "--pairs", pairs, "-o", tmp_path / "r" / "m.h5",
+                       "--skip-existing")
+    one_line_error(code, err, "made by another plan")
     # the 120x160 coffee has fewer than 64 keypoints: said once, after the pairs
     code, _, err = spc("match", plans["sp"], plans["mnn"], pictures / "coffee.png", pictures / "db" / "crop.png",
                        "-o", tmp_path / "c" / "c.h5")

@@ -234,9 +234,11 @@ def match_files(extractor: Plan, matcher: Plan, files: list[Path], pairs_file: P
         with os_errors(viz):
             if os.path.lexists(viz) and not viz.is_dir():
                 raise SpcError(f"{viz}: --viz names a folder for the pairs' PNGs")
-    x_sha = file_sha256(extract_path)
-    m_sha = hashlib.sha256(f"{x_sha} {file_sha256(match_path)} {coords}".encode()).hexdigest()
     keep = min(side.count for side in roles.sides)
+    # the features are the extractor's best ``keep``: another K's (or spc run's, all of them) are
+    # another plan's, never read back as these
+    x_sha = hashlib.sha256(f"{file_sha256(extract_path)} best {keep}".encode()).hexdigest()
+    m_sha = hashlib.sha256(f"{x_sha} {file_sha256(match_path)} {coords}".encode()).hexdigest()
     if backend == "ttnn-mock" and not as_json:
         console.note("the mock p150 validates every call and allocates its memory but computes no values (zeros): the "
                      "keypoints and matches below mean nothing; --backend emu computes them")
@@ -250,8 +252,12 @@ def match_files(extractor: Plan, matcher: Plan, files: list[Path], pairs_file: P
         taken += [pair_name(*p) for p in pairs if pair_name(*p) in have_m and p not in mine_m]
         if taken and not overwrite:
             more = f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""
-            raise SpcError(f"{taken[0]}{more} is in {features_path if taken[0] in have_f else matches_path} already; "
-                           "--skip-existing keeps what these plans made, --overwrite replaces it")
+            where = features_path if taken[0] in have_f else matches_path
+            if skip_existing:
+                raise SpcError(f"{taken[0]}{more} is in {where} already, made by another plan (or for a matcher of "
+                               "another K); --overwrite replaces it, or choose another -o")
+            raise SpcError(f"{taken[0]}{more} is in {where} already; --skip-existing keeps what these plans made, "
+                           "--overwrite replaces it")
         todo = [p for p in pairs if p not in mine_m]
         check_outputs([pngs[p] for p in todo if p in pngs], protected, overwrite)
         need = {n: used[n] for p in todo for n in p}
