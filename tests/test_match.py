@@ -190,6 +190,11 @@ def test_pairs_file_resume_and_refusals(plans: dict[str, Path], pictures: Path, 
     assert out.read_bytes() == before
     code, _, err = spc("match", plans["sp"], plans["mnn"], pictures, "--pairs", pairs, "-o", out, "--overwrite")
     assert code == 0, err
+    with h5py.File(tmp_path / "features.h5", "a") as f:  # a group edited since: one line, no traceback
+        del f["db/crop.png/image_size"]
+    code, _, err = spc("match", plans["sp"], plans["mnn"], pictures, "--pairs", pairs, "-o", tmp_path / "m3.h5",
+                       "--skip-existing")
+    one_line_error(code, err, "group db/crop.png cannot be read back as features")
     # features.h5 written by `spc run` (every keypoint) is not read back as the matcher's best K (an
     # internal error once: the matcher got more keypoints than it takes)
     code, _, err = spc("run", plans["sp"], pictures, "--format", "h5", "-o", tmp_path / "r" / "features.h5")

@@ -155,10 +155,16 @@ def _read_back(store: H5Store, names: list[str]) -> dict[str, ImageFeatures]:
     out: dict[str, ImageFeatures] = {}
     with os_errors(store.path, "cannot read"), h5py.File(store.path, "r") as fd:
         for name in names:
-            g = fd[name]
-            w, h = (int(v) for v in np.asarray(g["image_size"]))
-            out[name] = ImageFeatures(np.asarray(g["keypoints"], np.float32), np.asarray(g["scores"], np.float32),
-                                      np.asarray(g["descriptors"], np.float32).T, (w, h))
+            try:  # a file of ours, but a file: it may have been edited since
+                g = fd[name]
+                w, h = (int(v) for v in np.asarray(g["image_size"]).reshape(2))
+                xy = np.asarray(g["keypoints"], np.float32).reshape(-1, 2)
+                scores = np.asarray(g["scores"], np.float32).reshape(len(xy))
+                desc = np.asarray(g["descriptors"], np.float32).T.reshape(len(xy), -1)
+            except (KeyError, ValueError, TypeError) as exc:
+                raise SpcError(f"{store.path}: group {name} cannot be read back as features ({type(exc).__name__}); "
+                               "rerun with --overwrite to make it again") from None
+            out[name] = ImageFeatures(xy, scores, desc, (w, h))
     return out
 
 
