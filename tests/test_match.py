@@ -241,7 +241,7 @@ def test_a_fixed_k_extractor_read_by_shape() -> None:
     roles from their shapes (lowering/roles.py), whatever their names and order; and none where
     the shapes do not say it."""
     from spc.lowering.roles import output_roles
-    from spc.runtime.extraction import has_keypoints
+    from spc.runtime.extraction import by_shape, has_keypoints
     from tests.conftest import ir
 
     text = """graph @t(%x: f32[1,8,16]) {{
@@ -262,9 +262,10 @@ def test_a_fixed_k_extractor_read_by_shape() -> None:
     assert {n: r["spec"] for n, r in roles.items()} == {"k": "keypoints xy pixel f32 batch", "s": "scores batch",
                                                        "d": "descriptors nd batch"}
     assert has_keypoints(roles)
+    assert "by their shapes, taken as (x, y) pixels" in (by_shape(roles) or "")  # what spc run and match say
     other = ir(text.format(n=8).replace("  %p: i64[2] = const dense<[1, 0]>\n", consts)
                .replace("%d: f32[1,8,16] = onnx.Relu(%x)", "%d: f32[1,8,2] = onnx.Relu(%k)"))
-    assert not has_keypoints(output_roles(other))
+    assert not has_keypoints(output_roles(other)) and by_shape(output_roles(other)) is None
 
 
 def test_match_on_the_mock_p150(ttnn_python: str, plans: dict[str, Path], pictures: Path, tmp_path: Path) -> None:

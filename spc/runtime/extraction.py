@@ -84,6 +84,16 @@ def raw_heads(roles: dict[str, dict]) -> tuple[str, int, str | None] | None:
     return logits[0], logits[1], desc
 
 
+def by_shape(roles: dict[str, dict]) -> str | None:
+    """What to say when the keypoints are a fixed-K extractor's read by their outputs' shapes (the
+    order of x and y is then taken, not known: lowering/roles.py), else None."""
+    names = [n for n, r in roles.items() if r.get("by") == "shape"]
+    if not names:
+        return None
+    return (f"keypoints read from {', '.join(names)} by their shapes, taken as (x, y) pixels of the input (no "
+            "keypoint extraction recognised; a model writing (y, x) would be read swapped)")
+
+
 def has_keypoints(roles: dict[str, dict]) -> bool:
     """Whether a frame's keypoints can be had from the plan's outputs (either way)."""
     return any(r.get("role") == "keypoints" for r in roles.values()) or raw_heads(roles) is not None

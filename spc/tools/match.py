@@ -31,7 +31,7 @@ from spc import console
 from spc.errors import SpcError
 from spc.files import atomic_write, check_outputs, file_sha256, os_errors
 from spc.plan.io import Plan
-from spc.runtime.extraction import Extraction, has_keypoints
+from spc.runtime.extraction import Extraction, by_shape, has_keypoints
 from spc.runtime.frames import frames, probe
 from spc.runtime.matching import COORDS, MatcherRoles, hloc_matches, kept_keypoints, matcher_roles, pair_feeds
 from spc.runtime.runner import Runner
@@ -245,6 +245,8 @@ def match_files(extractor: Plan, matcher: Plan, files: list[Path], pairs_file: P
     # another plan's, never read back as these
     x_sha = hashlib.sha256(f"{file_sha256(extract_path)} best {keep}".encode()).hexdigest()
     m_sha = hashlib.sha256(f"{x_sha} {file_sha256(match_path)} {coords}".encode()).hexdigest()
+    if (said := by_shape(extractor.program.roles)) is not None and not as_json:
+        console.note(said)
     if backend == "ttnn-mock" and not as_json:
         console.note("the mock p150 validates every call and allocates its memory but computes no values (zeros): the "
                      "keypoints and matches below mean nothing; --backend emu computes them")

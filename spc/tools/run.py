@@ -37,7 +37,7 @@ from spc.errors import SpcError
 from spc.files import atomic_write, check_outputs, file_sha256, os_errors
 from spc.plan.io import Plan
 from spc.runtime.batches import fill, groups, image_of, image_shape
-from spc.runtime.extraction import STANDARD, Extraction, frame_keypoints, has_keypoints, raw_heads
+from spc.runtime.extraction import STANDARD, Extraction, by_shape, frame_keypoints, has_keypoints, raw_heads
 from spc.runtime.frames import (
     PREFETCH,
     VIDEO_SUFFIXES,
@@ -402,7 +402,8 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
                             prefetch)
         tally = {"frames": 0, "keypoints": 0, "resized": 0, "aspect_changed": 0}
         heads_note = (f"keypoints by {STANDARD}: {extraction.describe()} (--threshold, --nms-radius, --border, "
-                      "--max-keypoints)" if raw_heads(roles) is not None and not as_json else None)
+                      "--max-keypoints)" if raw_heads(roles) is not None else by_shape(roles))
+        heads_note = None if as_json else heads_note
         if backend == "ttnn-mock" and not as_json:  # said with the first result, like the notes above
             heads_note = ("the mock p150 validates every call and allocates its memory but computes no values "
                           "(zeros): the outputs and keypoint counts below mean nothing; --backend emu computes "
