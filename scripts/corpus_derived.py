@@ -92,6 +92,7 @@ def against_the_graph(model: Path, plan, files: list[Path]) -> tuple[str, str]:
     slack), and of spc's plan (emu)."""
     import onnxruntime as ort
 
+    from spc.plan.program import DEFAULT_IMAGE
     from spc.runtime.inputs import load_input
     from spc.runtime.runner import Runner, RunResult
     from spc.tuning.comparison import compare
@@ -105,7 +106,7 @@ def against_the_graph(model: Path, plan, files: list[Path]) -> tuple[str, str]:
     ort_f1, spc_f1 = [], []
     with Runner(plan) as runner:
         for f in files:
-            x = load_input(f, shape)
+            x = load_input(f, shape, DEFAULT_IMAGE)
             graph, kernels = ({o.name: v for o, v in zip(s.get_outputs(), s.run(None, {spec: x}))} for s in sessions)
             ort_f1.append(compare(f.name, RunResult(kernels, {}), graph, {}, plan.program.roles, shape[-1],
                                   shape[-2]).f1)

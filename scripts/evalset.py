@@ -54,8 +54,9 @@ def size_of(args: argparse.Namespace) -> tuple[int, int]:
 def fixed_k_through_spc(args: argparse.Namespace, python: str, exporter: Path, name: str) -> int:
     """An export another toolchain made (``exporter`` run by ``python``: WEIGHTS OUT H W K; input
     [1, H, W, 1], outputs keypoints [K, 2] (x, y) pixels, scores [K], descriptors [K, 256]) at
-    ``--size``: compiled, run on the emu backend, keypoints against onnxruntime on the same ONNX
-    (top 500 by score, 2 px, one to one) and the matched descriptors' cosine; prints a row, exit 0
+    ``--size``: compiled, run on the emu backend on spc's own reading of each image file (the
+    plan's image layout: NHWC), keypoints against onnxruntime on the same ONNX fed the array a TF
+    user makes (top 500 by score, 2 px, one to one) and the matched descriptors' cosine; prints a row, exit 0
     when F1 median >= 0.97 and cosine >= 0.99 (corpus_tf.py, corpus_jax.py)."""
     import statistics
     import subprocess
@@ -68,6 +69,7 @@ def fixed_k_through_spc(args: argparse.Namespace, python: str, exporter: Path, n
     from spc.compiler import compile_onnx
     from spc.frontend.weights import demo_weights_path, load_state_file
     from spc.plan.io import read_plan
+    from spc.runtime.inputs import load_input
     from spc.runtime.runner import Runner
     from spc.tuning.metrics import keypoint_agreement
 
@@ -84,13 +86,15 @@ def fixed_k_through_spc(args: argparse.Namespace, python: str, exporter: Path, n
     for note in result.notes:
         print(f"note: {note}")
     plan = read_plan(plan_path)
+    print(f"image input: {plan.program.image.layout}, {plan.program.image.colour}")
     sess = ort.InferenceSession(str(src))
     f1s, cos = [], []
     with Runner(plan) as runner:
         for f in evaluation_images(args.work, IMAGES):
+            # onnxruntime on the array a TF user makes; spc on its own reading of the file
             grey = np.asarray(Image.open(f).convert("L").resize((w, h)), np.float32) / 255
             x = grey.reshape(1, h, w, 1)
-            ours = list(runner.run(x).outputs.values())
+            ours = list(runner.run(load_input(f, [1, h, w, 1], plan.program.image)).outputs.values())
             ref = sess.run(None, {sess.get_inputs()[0].name: x})
             a = keypoint_agreement(ours[0].astype(np.float32), ours[1], ours[2], ref[0].astype(np.float32), ref[1],
                                    ref[2])

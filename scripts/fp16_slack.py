@@ -32,6 +32,7 @@ def main() -> int:
 
     from spc.compiler import compile_onnx
     from spc.plan.io import read_plan
+    from spc.plan.program import DEFAULT_IMAGE
     from spc.runtime.inputs import load_input
     from spc.runtime.runner import Runner, RunResult
     from spc.ttnn.precision import PrecisionPlan, load_precision_config
@@ -52,7 +53,7 @@ def main() -> int:
                                   "spc against onnxruntime float32": []}
     with Runner(plan) as runner:
         for f in evaluation_images(args.work, IMAGES):
-            x = load_input(f, shape)
+            x = load_input(f, shape, DEFAULT_IMAGE)
             o16, o32 = ({o.name: v for o, v in zip(s.get_outputs(), s.run(None, {s.get_inputs()[0].name: x}))}
                         for s in sessions)
             ours = runner.run(x)

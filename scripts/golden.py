@@ -45,6 +45,7 @@ def make_plans(out: Path) -> int:
 
     from spc.compiler import compile_onnx
     from spc.plan.io import read_plan
+    from spc.plan.program import DEFAULT_IMAGE
     from spc.runtime.inputs import load_input
     from spc.ttnn.precision import load_precision_config
     from tests.corpus.exports import CORPUS, build
@@ -62,7 +63,7 @@ def make_plans(out: Path) -> int:
             plan.unlink(missing_ok=True)
             compile_onnx(src, plan, **({"precision": precision} if precision else {}), **options)
             shape = [int(d) for d in read_plan(plan).program.inputs[0].shape]
-            np.save(plan.with_suffix(".input.npy"), load_input(image, shape))
+            np.save(plan.with_suffix(".input.npy"), load_input(image, shape, DEFAULT_IMAGE))
             index.append({"plan": plan.name, "export": name, "config": config})
     (out / "plans.json").write_text(json.dumps(index, indent=1) + "\n")
     print(f"{len(index)} plans in {out}; now: .venv-golden/bin/python scripts/golden.py check {out}")

@@ -127,6 +127,7 @@ def main() -> int:
     import onnxruntime as ort
 
     from spc.api import _frame
+    from spc.plan.io import read_plan
     from spc.tuning.metrics import index_set_f1
     from tests.corpus.disk import export as export_disk
     from tests.corpus.lightglue import export as export_lightglue
@@ -143,6 +144,7 @@ def main() -> int:
         (work / "float32.toml").write_text('[blocks."*"]\noutput_dtype = "float32"\n')
         options = ["--precision-config", str(work / "float32.toml")]
     print(compile_plan(disk, work / "disk.ttplan", *options))
+    disk_plan = read_plan(work / "disk.ttplan")  # how it reads a picture (colour: DISK's first conv reads RGB)
     print(compile_plan(lg, work / "lightglue.ttplan"))
     pairs, truth = write_pairs(work / "images", args.warps)
     out = work / "out"
@@ -161,7 +163,7 @@ def main() -> int:
     size = np.array([[W, H]], np.float32)
     ref_feats: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for name in sorted({n for p in pairs for n in p}):
-        x, _ = _frame(work / "images" / name, [1, 3, H, W], "stretch", False)
+        x, _ = _frame(work / "images" / name, [1, 3, H, W], disk_plan.program.image, "stretch", False)
         kp, _scores, desc = xs.run(None, {"image": x})
         ref_feats[name] = (kp[0], desc[0])
 

@@ -28,6 +28,7 @@ def main() -> int:
     import onnxruntime as ort
 
     import spc
+    from spc.plan.program import DEFAULT_IMAGE
     from spc.runtime.extraction import standard_keypoints
     from spc.runtime.inputs import load_input
     from spc.tuning.metrics import keypoint_agreement
@@ -40,7 +41,7 @@ def main() -> int:
     with spc.compile(src) as model:
         shape = model.input_shape
         for f in evaluation_images(args.work, IMAGES):
-            x = load_input(f, shape)
+            x = load_input(f, shape, DEFAULT_IMAGE)
             semi, desc = sess.run(None, {sess.get_inputs()[0].name: x})
             got = model.run(x)
             a = keypoint_agreement(got.keypoints, got.scores, got.descriptors, *standard_keypoints(semi, desc, 8))
@@ -61,7 +62,7 @@ def main() -> int:
     arrays.mkdir(exist_ok=True)
     refs = {}
     for f in evaluation_images(args.work, IMAGES):
-        x = load_input(f, shape)
+        x = load_input(f, shape, DEFAULT_IMAGE)
         np.save(arrays / f"{f.stem}.npy", x)
         refs[f"{f.stem}.npy"] = standard_keypoints(*sess.run(None, {sess.get_inputs()[0].name: x}), 8)
     h5 = args.work / "raw_heads.h5"

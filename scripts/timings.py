@@ -89,6 +89,7 @@ def main() -> int:
 
     from spc.compiler import compile_onnx
     from spc.plan.io import read_plan
+    from spc.plan.program import DEFAULT_IMAGE
     from spc.runtime.inputs import load_input
     from spc.runtime.runner import Runner
     from spc.ttnn.precision import PRESETS, PrecisionPlan
@@ -129,7 +130,7 @@ def main() -> int:
 
     # 3. the emulator per preset against onnxruntime fp32, and the host stages
     (image,) = evaluation_images(args.work, ("astronaut",))
-    x = load_input(image, [1, 3, args.height, args.width])
+    x = load_input(image, [1, 3, args.height, args.width], DEFAULT_IMAGE)
     session = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
     feed = {session.get_inputs()[0].name: x}
     session.run(None, feed)

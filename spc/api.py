@@ -28,6 +28,7 @@ from spc.errors import SpcError
 from spc.files import check_outputs
 from spc.options import CompileOptions
 from spc.plan.io import Plan, read_plan
+from spc.plan.program import ImageInput
 from spc.runtime.extraction import Extraction, has_keypoints
 from spc.ttnn.precision import PrecisionPlan
 from spc.ttnn.targets import DEFAULT_TARGET
@@ -91,7 +92,7 @@ class Model:
                            f"{', '.join(t.name for t in self.plan.program.outputs)}); Model.outputs(image) gives them")
         shape = self.input_shape
         result, geometry = self._result(image, resize, allow_nonfinite)
-        h, w = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
+        h, w = self.plan.program.image.frame_size(shape)
         found = keypoints_of(result, self.plan.program.roles, h, w, extraction)
         size = geometry.original if geometry is not None else (w, h)
         assert found is not None
@@ -113,7 +114,7 @@ class Model:
     def _result(self, image: Any, resize: str, allow_nonfinite: bool) -> tuple[Any, Any]:
         from spc.runtime.runner import Runner  # as in run
 
-        x, geometry = _frame(image, self.input_shape, resize, allow_nonfinite)
+        x, geometry = _frame(image, self.input_shape, self.plan.program.image, resize, allow_nonfinite)
         if self._runner is None:
             self._runner = Runner(self.plan, self.backend)
         return self._runner.run(x), geometry
@@ -130,30 +131,34 @@ class Model:
         self.close()
 
 
-def _frame(image: Any, shape: list[int], resize: str, allow_nonfinite: bool) -> tuple[np.ndarray, Any]:
-    """The plan input for ``image`` and how it maps back to it (None: used as is): a file goes
-    through `spc run`'s own reading (its header checked first; a video gives its first frame)."""
+def _frame(image: Any, shape: list[int], convention: ImageInput, resize: str,
+           allow_nonfinite: bool) -> tuple[np.ndarray, Any]:
+    """The plan input for ``image``, read as the plan's ``convention`` says, and how it maps back
+    to it (None: used as is): a file goes through `spc run`'s own reading (its header checked
+    first; a video gives its first frame)."""
     from spc.runtime.frames import frames, image_frame, probe  # as in Model.run
     from spc.runtime.inputs import check_values
 
     if isinstance(image, (str, Path)):
-        frame = next(frames([probe(Path(image), shape, allow_nonfinite)], shape, resize,
-                            allow_nonfinite=allow_nonfinite))
+        frame = next(frames([probe(Path(image), shape, allow_nonfinite, image=convention)], shape, resize,
+                            allow_nonfinite=allow_nonfinite, image=convention))
         return frame.x, frame.geometry
-    a = np.asarray(image.convert("L") if hasattr(image, "convert") else image)
+    colour = convention.colour == "rgb"
+    a = np.asarray(image.convert("RGB" if colour else "L") if hasattr(image, "convert") else image)
     if list(a.shape) == shape:
         check_values(Path("<array>"), a, allow_nonfinite)
         return np.ascontiguousarray(a, dtype=np.float32), None
-    if a.ndim == 3 and a.shape[2] in (3, 4):  # RGB(A): ITU-R 601 luma, as PIL's "L"
-        a = a[..., :3].astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
-        a = a / 255.0 if np.asarray(image).dtype == np.uint8 else a
+    if a.ndim == 3 and a.shape[2] in (3, 4):  # RGB(A): as it is for a colour model, else ITU-R 601 luma (PIL's "L")
+        scale = np.float32(1 / 255) if a.dtype == np.uint8 else np.float32(1)
+        a = a[..., :3].astype(np.float32) * scale
+        a = a if colour else a @ np.array([0.299, 0.587, 0.114], np.float32)
     elif a.ndim == 2:
         a = a.astype(np.float32) / 255.0 if a.dtype == np.uint8 else a.astype(np.float32)
     else:
         raise SpcError(f"an array of shape {list(a.shape)} is neither an image (H, W) / (H, W, 3) nor the "
                        f"plan's input {shape}")
     check_values(Path("<array>"), a, allow_nonfinite)
-    return image_frame(np.ascontiguousarray(a, dtype=np.float32), shape, resize, "<array>")
+    return image_frame(np.ascontiguousarray(a, dtype=np.float32), shape, resize, "<array>", convention)
 
 
 def load(path: str | Path, *, target: str | None = None, backend: str = "emu") -> Model:

@@ -12,6 +12,7 @@ from msgspec import Struct, field
 from msgspec.structs import replace
 
 from spc.errors import SpcError
+from spc.frontend.image_input import image_input
 from spc.frontend.onnx_import import read_source
 from spc.ir.graph import Graph, Placement
 from spc.ir.macs import macs
@@ -328,6 +329,7 @@ def compile_once(src: Path, out: Path | None, options: CompileOptions, watch: Wa
     source = read_source(src, input_shape=options.input_shape)  # the manifest's hash is of the bytes imported
     g = source.graph
     check_input(g, src)
+    image, image_note = image_input(g)  # read from the graph as imported, before any pass
     unfused = unfused or {}
     snap = snapshot(g) if options.verify and stop_after is None and out is not None else None
     compact_dropped = COMPACT in unfused
@@ -342,6 +344,8 @@ def compile_once(src: Path, out: Path | None, options: CompileOptions, watch: Wa
     ctx = PassContext(PipelineOptions(precision=precision, nms_single_pass=options.nms_single_pass, unfused=skipped),
                       explainer=explainer_for(explain, pipeline))
     pm = PassManager(pipeline, instruments, stop_after=stop_after, stages=STAGES)
+    if image_note is not None:
+        ctx.notes.append(image_note)
     pm.run(g, ctx)
     result = CompileResult(g, pm.records, ctx.notes)
     if ctx.explainer is not None:
@@ -361,12 +365,13 @@ def compile_once(src: Path, out: Path | None, options: CompileOptions, watch: Wa
         def choose(plan: PrecisionPlan) -> None:  # a search trial: verified, not recorded
             pm.rerun("choose-precision", g, PassContext(replace(ctx.options, precision=plan)), record=False)
 
-        found = search(g, src, choose, lowering.trial, auto.calib, auto.thresholds, log=auto.log)
+        found = search(g, src, choose, lowering.trial, image, auto.calib, auto.thresholds, log=auto.log)
         precision, search_report = found.plan, found.manifest()
         ctx = PassContext(replace(ctx.options, precision=precision), ctx.notes)
         pm.rerun("choose-precision", g, ctx)
     pass_notes = len(ctx.notes)
     program, tensors = lowering.lower(g, ctx.notes)
+    program.image = image
 
     records: list[CallRecord] = []  # the planner's walk: the fit check and the predicted time read it
 

@@ -12,10 +12,12 @@ import contextlib
 import fcntl
 import functools
 import hashlib
+import json
 import os
 import pickle
 import shutil
 import sys
+import zipfile
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -26,6 +28,7 @@ import pytest
 from spc.ir.graph import Graph
 from spc.ir.parser import parse_graph
 from spc.ir.verify import verify
+from spc.plan.io import manifest_digest
 
 SMALL = (120, 160)
 
@@ -60,6 +63,28 @@ def one_line_error(code: int, err: str, contains: str) -> None:
     assert code == 1, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("spc: error:") and contains in lines[0], err
+
+
+def members(plan: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(plan) as zf:
+        return {name: zf.read(name) for name in zf.namelist()}
+
+
+def write_members(path: Path, data: dict[str, bytes], *, rehash: bool = True) -> Path:
+    """The plan's members as given, with the manifest's hashes and digest made to match (an
+    attacker's edit, not damage), unless ``rehash`` is off."""
+    if rehash:
+        manifest = json.loads(data["manifest.json"])
+        if isinstance(manifest, dict) and isinstance(manifest.get("members"), dict):
+            for name in manifest["members"]:
+                if name in data:
+                    manifest["members"][name] = hashlib.sha256(data[name]).hexdigest()
+            manifest["digest"] = manifest_digest(manifest)
+            data = dict(data, **{"manifest.json": json.dumps(manifest).encode()})
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, body in data.items():
+            zf.writestr(name, body)
+    return path
 
 
 # Modules (or tests) kept on one worker, in file order, each a group: their module-scoped

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from spc.plan.program import DEFAULT_IMAGE
 from spc.runtime.inputs import load_input
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +46,7 @@ def test_the_batched_model_is_the_batch_1_model_per_image(plans: dict[str, Path]
         s = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
         return s.run(None, {s.get_inputs()[0].name: x})
 
-    xs = [load_input(images[n], [1, 3, 120, 160]) for n in NAMES[:2]]
+    xs = [load_input(images[n], [1, 3, 120, 160], DEFAULT_IMAGE) for n in NAMES[:2]]
     dump = next(plans["dumps"].glob("*-batch-images.onnx"))
     batched = run(dump, np.concatenate(xs))
     alone = [run(small_onnx, x) for x in xs]

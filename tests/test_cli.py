@@ -20,6 +20,7 @@ from spc.cli import main
 from spc.ir.parser import parse_graph
 from spc.passes.pipeline import PASS_NAMES
 from spc.plan.io import read_plan
+from spc.plan.program import DEFAULT_IMAGE
 from spc.plan.schema import MAX_INPUTS
 from tests.conftest import one_line_error, spc
 
@@ -49,7 +50,7 @@ def test_run_is_a_drop_in_for_onnxruntime(small_plan: Path, small_onnx: Path, tm
     code, _, err = spc("run", small_plan, images["astronaut"], "-o", out, "--dense", "--viz", tmp_path / "kp.png")
     assert code == 0, err
     ours = np.load(out)
-    x = load_input(images["astronaut"], [1, 3, 120, 160])
+    x = load_input(images["astronaut"], [1, 3, 120, 160], DEFAULT_IMAGE)
     ref = dict(zip(["keypoints", "scores", "descriptors", "mask"],
                    ort.InferenceSession(str(small_onnx), providers=["CPUExecutionProvider"]).run(None, {"pixel_values": x})))
     for name, want in ref.items():

@@ -17,6 +17,7 @@ import pytest
 
 from spc.compiler import compile_onnx
 from spc.plan.io import read_plan
+from spc.plan.program import DEFAULT_IMAGE
 from spc.runtime.extraction import STANDARD
 from spc.runtime.inputs import load_input
 from spc.tuning.comparison import Comparison
@@ -59,7 +60,7 @@ def test_export_compiles_and_matches_onnxruntime(name: str, plans, images: dict[
     plan = read_plan(plan_path)
     shape = [int(d) for d in plan.program.inputs[0].shape]
     report = Comparison(src, {r: t.name for r, t in plan.program.probes.items()},
-                        [load_input(images["astronaut"], shape)]).reports(plan)[0]
+                        [load_input(images["astronaut"], shape, plan.program.image)]).reports(plan)[0]
     assert report.f1 >= 0.93 and report.keypoints_from, report
     assert report.score_pcc >= 0.997 and report.descriptor_pcc >= 0.99, report
     if _kind(name) != "dense":  # the keypoint outputs carry their roles, whatever they are called
@@ -70,7 +71,7 @@ def test_the_raw_heads_are_compared_through_the_standard_extraction(plans, image
     src, plan_path, _ = plans["magicleap_legacy_op11"]
     plan = read_plan(plan_path)
     assert {r["role"] for r in plan.program.roles.values()} == {"score_logits", "descriptor_map"}
-    report = Comparison(src, {}, [load_input(images["camera"], [1, 1, *SIZE])]).reports(plan)[0]
+    report = Comparison(src, {}, [load_input(images["camera"], [1, 1, *SIZE], plan.program.image)]).reports(plan)[0]
     assert report.keypoints_from == STANDARD and not math.isnan(report.f1)
 
 
@@ -120,7 +121,7 @@ def test_outputs_are_never_looked_up_by_name(plans, images: dict[str, Path], tmp
     from spc.cli import main
 
     _, plan, _ = plans["hf_dynamo_unnamed"]
-    x = load_input(images["camera"], [1, 1, *SIZE])
+    x = load_input(images["camera"], [1, 1, *SIZE], DEFAULT_IMAGE)
     np.save(tmp_path / "x.npy", x)
     with pytest.raises(SystemExit) as done:
         main(["run", str(plan), str(tmp_path / "x.npy"), "-o", str(tmp_path / "out.npz")], standalone_mode=True)
@@ -165,7 +166,7 @@ def test_batch_plans_give_each_image_the_batch_1_figures(name: str, plans, image
     for plan_path in (one, two):
         plan = read_plan(plan_path)
         probes = {r: t.name for r, t in plan.program.probes.items()}
-        xs = [load_input(images[n], [1, export.channels, *SIZE]) for n in names]
+        xs = [load_input(images[n], [1, export.channels, *SIZE], plan.program.image) for n in names]
         batch = int(plan.program.inputs[0].shape[0])
         reports = Comparison(src, probes, xs, names, batch).reports(plan)
         figures.append([(r.f1, r.keypoints, r.ref_keypoints) for r in reports])

@@ -27,6 +27,7 @@ from spc.emulator.numerics import (
     round_bf16,
     store_bf16_,
 )
+from spc.plan.program import DEFAULT_IMAGE
 from spc.ttnn.formats import DataFormat, MathFidelity
 from tests.emulator_reference import conv2d_device_reference, reference_program, round_bf16_reference
 
@@ -284,7 +285,7 @@ def test_every_preset_runs_the_reference_bits(preset_plans: dict[str, Path], ima
         fast, reference = EmuProgram(p, plan.weights), reference_program(p, plan.weights)
         every = list(dict.fromkeys(r for op in p.device_ops for r in op.results))
         for image in images.values():
-            env = {p.inputs[0].name: load_input(image, [1, 3, *SMALL])}
+            env = {p.inputs[0].name: load_input(image, [1, 3, *SMALL], DEFAULT_IMAGE)}
             run_host(p.host_pre, env, plan.weights)
             device_in = {t.name: t.layout.to_device(env[t.name]) for t in p.device_inputs}
             got, want = fast.run(device_in, every), reference.run(device_in, every)
@@ -335,7 +336,7 @@ def test_bf16_path_frames_are_within_the_bound(preset_plans: dict[str, Path], im
 
     for name, path in preset_plans.items():
         plan = read_plan(path)
-        inputs = {image: load_input(file, [1, 3, *SMALL]) for image, file in images.items()}
+        inputs = {image: load_input(file, [1, 3, *SMALL], DEFAULT_IMAGE) for image, file in images.items()}
         frames = {}
         for setting in ("0", "1"):
             monkeypatch.setenv(BF16_CONV_ENV, setting)

@@ -12,6 +12,7 @@ from msgspec.structs import replace
 from spc.compiler import compile_onnx
 from spc.errors import SpcError
 from spc.plan.io import Plan, read_plan
+from spc.plan.program import DEFAULT_IMAGE
 from spc.runtime.inputs import load_input
 from spc.tuning.per_layer import PerLayerReport, per_layer
 from tests.conftest import one_line_error, spc
@@ -21,7 +22,7 @@ PLANTED = "encoder.conv_blocks.1.conv_b"  # a mid-encoder conv: 64 -> 64 channel
 
 def _run(plan_path: Path, image: Path, onnx: Path | None = None) -> PerLayerReport:
     plan = read_plan(plan_path)
-    x = load_input(image, [int(d) for d in plan.program.inputs[0].shape])
+    x = load_input(image, [int(d) for d in plan.program.inputs[0].shape], DEFAULT_IMAGE)
     return per_layer(plan, plan_path, x, onnx)
 
 
@@ -134,7 +135,7 @@ def test_a_plan_without_the_record_is_refused(small_plan: Path, images: dict[str
     plan = read_plan(small_plan)
     old = Plan(plan.manifest, replace(plan.program, values={}), plan.weights, plan.ir_text)
     with pytest.raises(SpcError, match="recompile"):
-        per_layer(old, small_plan, load_input(images["camera"], [1, 3, 120, 160]), None)
+        per_layer(old, small_plan, load_input(images["camera"], [1, 3, 120, 160], DEFAULT_IMAGE), None)
 
 
 def test_an_edited_record_is_refused(small_plan: Path, tmp_path: Path) -> None:

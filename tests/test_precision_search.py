@@ -87,13 +87,14 @@ def test_real_scorer_on_the_small_export(small_onnx: Path) -> None:
     from spc.frontend.onnx_import import import_onnx
     from spc.passes.manager import PassContext, PassManager, PipelineOptions
     from spc.passes.pipeline import default_pipeline
+    from spc.plan.program import DEFAULT_IMAGE
     from spc.ttnn.targets import get_target
     from spc.tuning.precision_search import CALIBRATION_DIR, Evaluator, calibration_inputs
 
     g = import_onnx(small_onnx)
     pm = PassManager(default_pipeline())
     pm.run(g, PassContext())
-    inputs = calibration_inputs(CALIBRATION_DIR, [1, 3, 120, 160])
+    inputs = calibration_inputs(CALIBRATION_DIR, [1, 3, 120, 160], DEFAULT_IMAGE)
     assert len(inputs) == 3
     evaluate = Evaluator(g, small_onnx, inputs[:1],
                          lambda plan: pm.rerun("choose-precision", g, PassContext(PipelineOptions(precision=plan)),
@@ -157,13 +158,14 @@ def test_hopeless_partial_scores_fail_and_stop(small_onnx: Path) -> None:
     from spc.frontend.onnx_import import import_onnx
     from spc.passes.manager import PassContext, PassManager, PipelineOptions
     from spc.passes.pipeline import default_pipeline
+    from spc.plan.program import DEFAULT_IMAGE
     from spc.ttnn.targets import get_target
     from spc.tuning.precision_search import CALIBRATION_DIR, Evaluator, calibration_inputs
 
     g = import_onnx(small_onnx)
     pm = PassManager(default_pipeline())
     pm.run(g, PassContext())
-    evaluate = Evaluator(g, small_onnx, calibration_inputs(CALIBRATION_DIR, [1, 3, 120, 160]),
+    evaluate = Evaluator(g, small_onnx, calibration_inputs(CALIBRATION_DIR, [1, 3, 120, 160], DEFAULT_IMAGE),
                          lambda plan: pm.rerun("choose-precision", g, PassContext(PipelineOptions(precision=plan)),
                                                record=False),
                          ProgramBuilder(small_onnx, get_target("p150")).trial)
@@ -189,7 +191,7 @@ def test_trials_are_lowered_and_planned_as_the_compile_does(small_onnx: Path, tm
 
     trials = []
 
-    def search(g, src, choose, lower_and_plan, calib=None, thresholds=None, log=print):  # type: ignore[no-untyped-def]
+    def search(g, src, choose, lower_and_plan, image, calib=None, thresholds=None, log=print):  # type: ignore[no-untyped-def]
         program, _, records = lower_and_plan(g)  # under `accurate`, as the compile then writes it
         trials.append((program, predicted_ms(records)))
         score = Score(1.0, 1.0, 1.0, 0.0)

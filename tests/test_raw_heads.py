@@ -12,6 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
+from spc.plan.program import DEFAULT_IMAGE
 from spc.runtime.extraction import standard_keypoints
 from spc.tuning.metrics import keypoint_agreement
 from tests.conftest import one_line_error, spc
@@ -38,7 +39,7 @@ def _reference(src: Path, image: Path):
     from spc.runtime.inputs import load_input
 
     sess = ort.InferenceSession(str(src))
-    x = load_input(image, [1, 1, H, W])
+    x = load_input(image, [1, 1, H, W], DEFAULT_IMAGE)
     semi, desc = sess.run(None, {sess.get_inputs()[0].name: x})
     return x, standard_keypoints(semi, desc, 8)
 

@@ -40,7 +40,7 @@ def _device_inputs(program, tensors) -> dict[str, np.ndarray]:  # type: ignore[n
     from spc.runtime.host import run_host
     from spc.tuning.precision_search import CALIBRATION_DIR, calibration_inputs
 
-    x = calibration_inputs(CALIBRATION_DIR, [int(d) for d in program.inputs[0].shape])[0]
+    x = calibration_inputs(CALIBRATION_DIR, [int(d) for d in program.inputs[0].shape], program.image)[0]
     env = {program.inputs[0].name: x.astype(np.float32)}
     run_host(program.host_pre, env, tensors)
     return {t.name: t.layout.to_device(env[t.name]) for t in program.device_inputs}

@@ -19,6 +19,7 @@ import pytest
 from onnx import TensorProto, helper
 from PIL import Image
 
+from spc.plan.program import DEFAULT_IMAGE
 from spc.runtime.frames import Geometry, Source, frames
 from tests.conftest import one_line_error, spc
 from tests.test_untrusted_inputs import refused
@@ -101,7 +102,7 @@ def test_keypoints_in_original_pixels_agree_with_onnxruntime(ran: dict, small_on
     for mode, h5 in (("stretch", "features.h5"), ("fit", "fit.h5")):
         sources = [Source(p, "image", None) for p in ran["inputs"]]
         with h5py.File(work / h5, "r") as fd:
-            for frame in frames(sources, SHAPE, mode):
+            for frame in frames(sources, SHAPE, mode, image=DEFAULT_IMAGE):
                 g = frame.geometry
                 kp, _ = onnxruntime_keypoints(small_onnx, frame.x)
                 ref = to_original(kp, g.original, g.content)

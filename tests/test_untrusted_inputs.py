@@ -21,6 +21,7 @@ import numpy.lib.format as npy
 import pytest
 
 from spc.errors import SpcError
+from spc.plan.program import DEFAULT_IMAGE
 from spc.runtime.inputs import MAX_IMAGE_PIXELS, grey_image, load_input, read_npy
 from tests.conftest import one_line_error, spc
 
@@ -135,7 +136,7 @@ def test_npy_that_load(case: str, tmp_path: Path) -> None:
               "float64": a, "int16": (a * 1000).astype(np.int16), "uint8": (a * 255).astype(np.uint8),
               "float16": a.astype(np.float16)}[case]
     np.save(tmp_path / "x.npy", stored)
-    got = load_input(tmp_path / "x.npy", SHAPE)
+    got = load_input(tmp_path / "x.npy", SHAPE, DEFAULT_IMAGE)
     assert got.dtype == np.float32 and got.shape == tuple(SHAPE) and got.flags.c_contiguous
     np.testing.assert_array_equal(got, stored.astype(np.float32))
 
@@ -160,7 +161,7 @@ def test_allow_nonfinite_runs(small_plan: Path, tmp_path: Path) -> None:
     code, out, err = spc("run", small_plan, tmp_path / "x.npy", "-o", tmp_path / "out.npz", "--allow-nonfinite")
     assert code == 0, err
     assert "keypoints" in out and set(np.load(tmp_path / "out.npz").files) >= {"keypoints", "mask"}
-    assert load_input(tmp_path / "x.npy", SHAPE, allow_nonfinite=True).shape == tuple(SHAPE)
+    assert load_input(tmp_path / "x.npy", SHAPE, DEFAULT_IMAGE, allow_nonfinite=True).shape == tuple(SHAPE)
 
 
 def test_nonfinite_float_image_is_refused(small_plan: Path, tmp_path: Path) -> None:

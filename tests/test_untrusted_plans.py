@@ -4,7 +4,6 @@ zip bomb is refused before it inflates, with the reader's memory bounded."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import subprocess
@@ -19,32 +18,10 @@ import pytest
 from safetensors.numpy import load, save
 
 from spc.errors import SpcError
-from spc.plan.io import MAX_MEMBER_BYTES, manifest_digest, read_plan
-from tests.conftest import one_line_error, spc
+from spc.plan.io import MAX_MEMBER_BYTES, read_plan
+from tests.conftest import members, one_line_error, spc, write_members
 
 Edit = Callable[[Any], Any]
-
-
-def members(plan: Path) -> dict[str, bytes]:
-    with zipfile.ZipFile(plan) as zf:
-        return {name: zf.read(name) for name in zf.namelist()}
-
-
-def write_members(path: Path, data: dict[str, bytes], *, rehash: bool = True) -> Path:
-    """The plan's members as given, with the manifest's hashes and digest made to match (an
-    attacker's edit, not damage), unless ``rehash`` is off."""
-    if rehash:
-        manifest = json.loads(data["manifest.json"])
-        if isinstance(manifest, dict) and isinstance(manifest.get("members"), dict):
-            for name in manifest["members"]:
-                if name in data:
-                    manifest["members"][name] = hashlib.sha256(data[name]).hexdigest()
-            manifest["digest"] = manifest_digest(manifest)
-            data = dict(data, **{"manifest.json": json.dumps(manifest).encode()})
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, body in data.items():
-            zf.writestr(name, body)
-    return path
 
 
 def edited(plan: Path, path: Path, *, manifest: Edit | None = None, program: Edit | None = None,

@@ -17,7 +17,7 @@ are referenced by name and live in the plan's safetensors file.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from msgspec import Struct, field
@@ -36,6 +36,46 @@ class TensorSpec(Struct):
     name: str
     dtype: str  # IR dtype name ("f32", "i64", ...)
     shape: list[int | str]
+
+
+class ImageInput(Struct, frozen=True):
+    """How a picture becomes the plan's image input (read from the model's graph at compile time:
+    frontend/image_input.py): which axis of its [N, ., ., .] holds the channels, and what they are.
+    ``grey``: the picture's luminance in every channel (SuperPoint's processor); ``rgb``: its red,
+    green and blue (a model trained on colour, whose first convolutions read every channel);
+    ``layout = "none"``: the input is no picture's (the model's axes do not say which are the
+    rows, the columns and the channels): it takes arrays only."""
+
+    layout: Literal["NCHW", "NHWC", "none"] = "NCHW"
+    colour: Literal["grey", "rgb"] = "grey"
+
+    def axes(self, shape: list[int | str]) -> tuple[int, int, int] | None:
+        """(C, H, W) of an input of ``shape`` read so, or None when no picture fills it: not
+        [1, ., ., .], no known layout, or more than :data:`MAX_IMAGE_CHANNELS` channels (a plan of
+        another layout than it says)."""
+        if self.layout == "none" or len(shape) != 4 or not all(isinstance(d, int) for d in shape) or shape[0] != 1:
+            return None
+        a, b, c = (int(d) for d in shape[1:])
+        chw = (a, b, c) if self.layout == "NCHW" else (c, a, b)
+        return chw if chw[0] <= MAX_IMAGE_CHANNELS and (self.colour == "grey" or chw[0] == 3) else None
+
+    def frame_size(self, shape: list[int | str]) -> tuple[int, int]:
+        """(H, W) of a frame of an input of ``shape`` (any batch) read so: the last two axes where
+        no layout is known, (1, 1) for an input of rank < 2."""
+        dims = [int(d) if isinstance(d, int) else 1 for d in shape]
+        if len(dims) == 4 and self.layout == "NHWC":
+            return dims[1], dims[2]
+        return (dims[-2], dims[-1]) if len(dims) >= 2 else (1, 1)
+
+    def arrange(self, picture: np.ndarray) -> np.ndarray:
+        """The (H, W) or (H, W, C) ``picture`` (float32, the frame's size, its channels the input's)
+        as one image's input: [1, C, H, W] or [1, H, W, C] float32."""
+        hwc = picture if picture.ndim == 3 else picture[..., None]
+        return np.ascontiguousarray((hwc if self.layout == "NHWC" else hwc.transpose(2, 0, 1))[None], dtype=np.float32)
+
+
+MAX_IMAGE_CHANNELS = 4  # grey, a grey pair (SuperPoint-Open's two), colour, colour and alpha
+DEFAULT_IMAGE = ImageInput()
 
 
 class HostNode(Struct):
@@ -168,6 +208,9 @@ class Program(Struct):
     # the device inputs uploaded in another format than bfloat16, by name (a matcher's keypoint
     # positions: bf16 holds a 640-pixel coordinate to 4 pixels); an image is bf16
     input_storage: dict[str, DataFormat] = field(default_factory=dict)
+    # how a picture fills the first input (frontend/image_input.py); NCHW grey, the default, is
+    # left out of program.json, as plans were written before the field existed
+    image: ImageInput = DEFAULT_IMAGE
 
     def input_format(self, name: str) -> DataFormat:
         """The format the upload writes device input ``name`` in."""
@@ -193,6 +236,8 @@ class Program(Struct):
         d["device_ops"] = [op.to_json() for op in self.device_ops]
         if not d["input_storage"]:  # an image plan's program.json as before the field existed
             del d["input_storage"]
+        if self.image == DEFAULT_IMAGE:
+            del d["image"]
         return encode(d)
 
     @staticmethod
@@ -215,6 +260,7 @@ class Program(Struct):
             roles=d.get("roles", {}),
             values={k: DeviceTensor(**v) for k, v in d.get("values", {}).items()},
             input_storage={k: DataFormat.parse(v) for k, v in d.get("input_storage", {}).items()},
+            image=ImageInput(**d["image"]) if "image" in d else DEFAULT_IMAGE,
         )
 
 

@@ -240,6 +240,11 @@ class CallJSON(_Strict):
                 _nested({"shape": [1], **step}, CallJSON, f".args.composed[{i}]")
 
 
+class ImageInputJSON(_Strict):
+    layout: Literal["NCHW", "NHWC", "none"] = "NCHW"
+    colour: Literal["grey", "rgb"] = "grey"
+
+
 class ProgramJSON(_Strict):
     inputs: Annotated[list[TensorSpecJSON], Meta(min_length=1, max_length=MAX_INPUTS)]
     outputs: Annotated[list[TensorSpecJSON], Meta(min_length=1, max_length=64)]
@@ -255,6 +260,7 @@ class ProgramJSON(_Strict):
     roles: dict[Name, dict[Annotated[str, Meta(max_length=64)], Scalar | list[Scalar]]] = {}
     values: Annotated[dict[Name, DeviceTensorJSON], Meta(max_length=MAX_CALLS + 64)] = {}
     input_storage: Annotated[dict[Name, Format], Meta(max_length=64)] = {}
+    image: ImageInputJSON = ImageInputJSON()
 
 
 class SourceJSON(_Strict):

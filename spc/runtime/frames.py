@@ -24,14 +24,17 @@ from msgspec import Struct
 from PIL import Image
 
 from spc.errors import SpcError
+from spc.plan.program import ImageInput
 from spc.runtime.inputs import (
     MAX_IMAGE_PIXELS,
     check_file,
     check_values,
-    grey_image,
+    fill,
     image_size,
     load_input,
+    picture_axes,
     read_npy,
+    read_picture,
     resize,
 )
 from spc.text import one_line
@@ -101,14 +104,14 @@ class Geometry(Struct, frozen=True):
         """(W0 / w, H0 / h): image pixels per frame pixel, along x and y."""
         return (np.array(self.original, np.float64) / np.array(self.content, np.float64)).astype(np.float32)
 
-    def prepare(self, grey: np.ndarray) -> np.ndarray:
-        """The (H, W) frame of the (H0, W0) grey image: resized (bilinear), and for ``fit`` padded
-        with zeros at the right or the bottom."""
+    def prepare(self, picture: np.ndarray) -> np.ndarray:
+        """The (H, W) frame of the (H0, W0) grey or (H0, W0, 3) colour picture: resized (bilinear),
+        and for ``fit`` padded with zeros at the right or the bottom."""
         (w, h), (cw, ch) = self.frame, self.content
         if (cw, ch) == (w, h):
-            return resize(grey, h, w)
-        out = np.zeros((h, w), np.float32)
-        out[:ch, :cw] = resize(grey, ch, cw)
+            return resize(picture, h, w)
+        out = np.zeros((h, w, *picture.shape[2:]), np.float32)
+        out[:ch, :cw] = resize(picture, ch, cw)
         return out
 
     def to_original(self, xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -140,14 +143,7 @@ class Frame(Struct):
     index: int | None  # a video's frame number, from 1; None for an image or a .npy
     x: np.ndarray  # the plan input
     geometry: Geometry | None  # None: a .npy, used as is
-    original: np.ndarray | None = None  # the grey image at its own size (kept for --viz)
-
-
-def _image_input(shape: list[int], path: Path) -> tuple[int, int, int]:
-    """(C, H, W) of an image plan input; a plan whose input is no (1, C, H, W) takes .npy only."""
-    if len(shape) != 4 or shape[0] != 1:
-        raise SpcError(f"{path}: the plan's input is {shape}, not an image (1, C, H, W); give a .npy of that shape")
-    return shape[1], shape[2], shape[3]
+    original: np.ndarray | None = None  # the image in grey at its own size (kept for --viz)
 
 
 def _imageio(path: Path):
@@ -182,33 +178,44 @@ def probe_video(path: Path) -> Source:
     return Source(path, "video", (w, h), count)
 
 
-def probe(path: Path, shape: list[int], allow_nonfinite: bool = False) -> Source:
+def probe(path: Path, shape: list[int], allow_nonfinite: bool = False, *, image: ImageInput) -> Source:
     """What ``path`` is, checked as far as can be without decoding pixels: a .npy completely (shape,
-    dtype and values: it costs one read), an image from its header, a video from ffmpeg's."""
+    dtype and values: it costs one read), an image from its header, a video from ffmpeg's; a
+    picture only where the plan's input takes one (``image``: the plan's convention)."""
     suffix = path.suffix.lower()
     if suffix == ".npy":
         check_values(path, read_npy(path, shape), allow_nonfinite)
         return Source(path, "npy", None)
     if suffix == ".npz":
         raise SpcError(f"{path}: an .npz holds several arrays; give the input as a .npy of shape {shape}")
-    _image_input(shape, path)
+    picture_axes(shape, image, path)
     if suffix in VIDEO_SUFFIXES:
         return probe_video(path)
     return Source(path, "image", image_size(path))
 
 
-def _grey_rgb(rgb: np.ndarray) -> np.ndarray:
-    """A video frame (H, W, 3) uint8 -> grey in [0, 1], as an RGB image file becomes grey."""
-    return np.asarray(Image.fromarray(np.ascontiguousarray(rgb[..., :3])).convert("L"), np.float32) / 255.0
+def _video_picture(rgb: np.ndarray, colour: str) -> np.ndarray:
+    """A video frame (H, W, 3) uint8 -> in [0, 1], grey or colour, as an RGB image file is read."""
+    rgb = np.ascontiguousarray(rgb[..., :3])
+    if colour == "rgb":
+        return rgb.astype(np.float32) / 255.0
+    return np.asarray(Image.fromarray(rgb).convert("L"), np.float32) / 255.0
 
 
-def _video_frames(source: Source) -> Iterator[np.ndarray]:
+def grey_of(picture: np.ndarray) -> np.ndarray:
+    """A picture in grey (what --viz draws on): itself, or a colour one's luminance (PIL's weights)."""
+    if picture.ndim == 2:
+        return picture
+    return picture @ np.array([0.299, 0.587, 0.114], np.float32)
+
+
+def _video_frames(source: Source, colour: str) -> Iterator[np.ndarray]:
     iio, _ = _imageio(source.path)
     got = 0
     try:
         for rgb in iio.imiter(source.path, plugin="FFMPEG"):
             got += 1
-            yield _grey_rgb(rgb)
+            yield _video_picture(rgb, colour)
             if got == source.frames:
                 return
     except SpcError:
@@ -223,34 +230,48 @@ def _video_frames(source: Source) -> Iterator[np.ndarray]:
 
 def frames(sources: Iterable[Source], shape: list[int], mode: str = "stretch", keep_original: bool = False,
            allow_nonfinite: bool = False,
-           on_error: Callable[[Source, SpcError], None] | None = None) -> Iterator[Frame]:
-    """Every source's frames, decoded in order, one at a time. ``on_error``: a source that fails to
-    decode is handed to it and skipped (--keep-going; a video's frames before the failure are
-    kept), else the error is raised."""
+           on_error: Callable[[Source, SpcError], None] | None = None, *, image: ImageInput) -> Iterator[Frame]:
+    """Every source's frames, decoded in order, one at a time, read as the plan's ``image`` says.
+    ``on_error``: a source that fails to decode is handed to it and skipped (--keep-going; a
+    video's frames before the failure are kept), else the error is raised."""
     for s in sources:
         try:
             if s.kind == "npy":
-                x = load_input(s.path, shape, allow_nonfinite)
-                plane = x.reshape(-1, *x.shape[-2:])[0] if keep_original and x.ndim >= 2 else None
+                x = load_input(s.path, shape, image, allow_nonfinite)
+                plane = _first_plane(x, image) if keep_original and x.ndim >= 2 else None
                 yield Frame(s, None, x, None, plane)
                 continue
-            _image_input(shape, s.path)
-            greys = _video_frames(s) if s.kind == "video" else iter([grey_image(s.path, allow_nonfinite)])
-            for i, grey in enumerate(greys, 1):
-                x, g = image_frame(grey, shape, mode, s.path)
-                yield Frame(s, i if s.kind == "video" else None, x, g, grey if keep_original else None)
+            picture_axes(shape, image, s.path)
+            pictures = (_video_frames(s, image.colour) if s.kind == "video"
+                        else iter([read_picture(s.path, image.colour, allow_nonfinite)]))
+            for i, picture in enumerate(pictures, 1):
+                x, g = image_frame(picture, shape, mode, s.path, image)
+                yield Frame(s, i if s.kind == "video" else None, x, g, grey_of(picture) if keep_original else None)
         except SpcError as exc:
             if on_error is None:
                 raise
             on_error(s, exc)
 
 
-def image_frame(grey: np.ndarray, shape: list[int], mode: str, where: Path | str) -> tuple[np.ndarray, Geometry]:
-    """The plan input for a grey (H0, W0) image (resized by ``mode``, repeated over the channels)
-    and how its points map back; ``where`` names the image in errors."""
-    c, h, w = _image_input(shape, Path(where))
-    g = Geometry.of((grey.shape[1], grey.shape[0]), (w, h), mode)
-    return np.broadcast_to(g.prepare(grey)[None, None], (1, c, h, w)).astype(np.float32), g
+def _first_plane(x: np.ndarray, image: ImageInput) -> np.ndarray:
+    """A .npy input's first channel of its first image, (H, W): what --viz draws on."""
+    if x.ndim == 4 and image.layout == "NHWC":
+        return x[0, :, :, 0]
+    return x.reshape(-1, *x.shape[-2:])[0]
+
+
+def image_frame(picture: np.ndarray, shape: list[int], mode: str, where: Path | str,
+                image: ImageInput) -> tuple[np.ndarray, Geometry]:
+    """The plan input for a grey (H0, W0) or colour (H0, W0, 3) picture (resized by ``mode``, laid
+    out as ``image`` says, grey repeated over the channels) and how its points map back; ``where``
+    names the picture in errors."""
+    c, h, w = picture_axes(shape, image, where)
+    if picture.ndim == 3 and image.colour != "rgb":
+        picture = grey_of(picture)
+    elif picture.ndim == 2 and image.colour == "rgb":
+        picture = np.repeat(picture[..., None], 3, axis=2)
+    g = Geometry.of((picture.shape[1], picture.shape[0]), (w, h), mode)
+    return fill(image, g.prepare(picture), c), g
 
 
 def prefetched(items: Iterator[T], depth: int = PREFETCH) -> Generator[T, None, None]:

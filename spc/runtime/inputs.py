@@ -30,6 +30,7 @@ from msgspec import Struct, field
 from PIL import Image, ImageFile, UnidentifiedImageError
 
 from spc.errors import SpcError
+from spc.plan.program import MAX_IMAGE_CHANNELS, ImageInput
 from spc.text import one_line
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".gif", ".pgm", ".ppm"}
@@ -167,8 +168,15 @@ def grey_image(path: Path, allow_nonfinite: bool = False) -> np.ndarray:
     return _open_image(path, allow_nonfinite)
 
 
-def _open_image(path: Path, allow_nonfinite: bool | None):
-    """The grey image, or with ``allow_nonfinite`` None its (width, height) from the header only."""
+def read_picture(path: Path, colour: str, allow_nonfinite: bool = False) -> np.ndarray:
+    """The image as a plan reads it (:class:`~spc.plan.program.ImageInput`): grey (H, W), or for
+    ``colour == "rgb"`` its red, green and blue (H, W, 3), in [0, 1]."""
+    return _open_image(path, allow_nonfinite, colour)
+
+
+def _open_image(path: Path, allow_nonfinite: bool | None, colour: str = "grey"):
+    """The grey (or colour) image, or with ``allow_nonfinite`` None its (width, height) from the
+    header only."""
     if _check_file(path) == 0:
         raise SpcError(f"{path}: empty file, not an image")
     Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS  # deliberately: see MAX_IMAGE_PIXELS above
@@ -189,7 +197,7 @@ def _open_image(path: Path, allow_nonfinite: bool | None):
                     return w, h
                 im.seek(0)  # an animation's first frame
                 im.load()
-                return _grey(path, im, allow_nonfinite)
+                return _grey(path, im, allow_nonfinite, colour)
     except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
         raise SpcError(too_big.format(size=str(exc).split(" exceeds")[0].removeprefix("Image size ").strip("()")
                                       or "too many pixels")) from None
@@ -201,24 +209,31 @@ def _open_image(path: Path, allow_nonfinite: bool | None):
         raise SpcError(f"{path}: not enough memory to decode this image; downscale it first") from None
 
 
-def _grey(path: Path, im, allow_nonfinite: bool) -> np.ndarray:
+def _grey(path: Path, im, allow_nonfinite: bool, colour: str = "grey") -> np.ndarray:
+    """``im`` decoded: grey (H, W), or (H, W, 3) for ``colour == "rgb"`` (a grey image's three
+    channels equal), in [0, 1]."""
     if im.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
         a = np.asarray(im, dtype=np.float32)  # exact up to 2**24, more than 16 bits need
         top = a.max(initial=0.0)
-        return np.clip(a / (65535.0 if top > 255 or im.mode.startswith("I;16") else 255.0), 0.0, 1.0)
+        return _as(np.clip(a / (65535.0 if top > 255 or im.mode.startswith("I;16") else 255.0), 0.0, 1.0), colour)
     if im.mode == "F":
         a = np.asarray(im, dtype=np.float32)
         _check_values(path, a, allow_nonfinite)
-        return np.clip(np.nan_to_num(a, nan=0.0), 0.0, 1.0)
+        return _as(np.clip(np.nan_to_num(a, nan=0.0), 0.0, 1.0), colour)
     if im.mode in ("RGBA", "LA", "PA", "La", "RGBa") or (im.mode == "P" and "transparency" in im.info):
         im = im.convert("RGBA")
         bg = Image.new("RGBA", im.size, (255, 255, 255, 255))  # transparent reads as white paper
         im = Image.alpha_composite(bg, im)
     try:
-        grey = im.convert("L")
+        out = im.convert("RGB" if colour == "rgb" else "L")
     except ValueError:
         raise SpcError(f"{path}: image mode {im.mode} is not supported; save it as RGB or grey") from None
-    return np.asarray(grey, dtype=np.float32) / 255.0
+    return np.asarray(out, dtype=np.float32) / 255.0
+
+
+def _as(grey: np.ndarray, colour: str) -> np.ndarray:
+    """A grey (H, W) image as ``colour`` asks: itself, or its three equal channels."""
+    return np.repeat(grey[..., None], 3, axis=2) if colour == "rgb" else grey
 
 
 # for spc/runtime/frames.py, which checks inputs as this module does
@@ -226,8 +241,11 @@ check_file, check_values = _check_file, _check_values
 
 
 def resize(a: np.ndarray, h: int, w: int) -> np.ndarray:
-    if a.shape == (h, w):
+    """A grey (H0, W0) or colour (H0, W0, 3) float32 picture at (h, w), bilinear (each channel)."""
+    if a.shape[:2] == (h, w):
         return a
+    if a.ndim == 3:
+        return np.stack([resize(np.ascontiguousarray(a[..., k]), h, w) for k in range(a.shape[2])], axis=2)
     return np.asarray(Image.fromarray(a, mode="F").resize((w, h), Image.BILINEAR), dtype=np.float32)
 
 
@@ -334,10 +352,10 @@ def read_npz(path: Path, specs: list[tuple[str, list[int]]], allow_nonfinite: bo
                        f"{one_line(exc, 120)})") from None
 
 
-def load_input(path: Path, shape: list[int], allow_nonfinite: bool = False) -> np.ndarray:
-    """The plan input for ``path``, float32: a .npy of exactly ``shape``, or an image for a
-    (1, C, H, W) input. NaN, inf and values beyond float32's range are refused unless
-    ``allow_nonfinite``."""
+def load_input(path: Path, shape: list[int], image: ImageInput, allow_nonfinite: bool = False) -> np.ndarray:
+    """The plan input for ``path``, float32: a .npy of exactly ``shape``, or an image read into an
+    input of ``shape`` as ``image`` says (its layout and colour). NaN, inf and values beyond
+    float32's range are refused unless ``allow_nonfinite``."""
     suffix = path.suffix.lower()
     if suffix == ".npy":
         a = read_npy(path, shape)
@@ -346,9 +364,30 @@ def load_input(path: Path, shape: list[int], allow_nonfinite: bool = False) -> n
             return np.ascontiguousarray(a, dtype=np.float32)
     if suffix == ".npz":
         raise SpcError(f"{path}: an .npz holds several arrays; give the input as a .npy of shape {shape}")
-    if len(shape) != 4 or shape[0] != 1:
-        raise SpcError(f"{path}: the plan's input is {shape}, not an image (1, C, H, W); give a .npy of that shape")
-    n, c, h, w = shape
-    grey = resize(grey_image(path, allow_nonfinite), h, w)
-    return np.broadcast_to(grey[None, None], (n, c, h, w)).astype(np.float32)
+    c, h, w = picture_axes(shape, image, path)
+    return fill(image, resize(read_picture(path, image.colour, allow_nonfinite), h, w), c)
+
+
+def picture_axes(shape: list[int], image: ImageInput, path: Path | str) -> tuple[int, int, int]:
+    """(C, H, W) of a plan input of ``shape`` that a picture fills as ``image`` says, else one line
+    saying why none does (``path`` names the picture)."""
+    chw = image.axes(shape)
+    if chw is None:
+        if image.layout == "none":
+            why = "the model does not say which of its axes are the rows, the columns and the channels"
+        elif len(shape) != 4 or shape[0] != 1:
+            why = "not one image's (1, C, H, W) or (1, H, W, C)"
+        else:
+            why = f"read as {image.layout} it has more channels than a picture ({MAX_IMAGE_CHANNELS} at most)"
+        raise SpcError(f"{path}: the plan's input is {list(shape)}, which no picture fills ({why}); give a .npy of "
+                       "that shape, or recompile a plan made before plans said their image layout")
+    return chw
+
+
+def fill(image: ImageInput, picture: np.ndarray, channels: int) -> np.ndarray:
+    """A frame-sized grey (H, W) or colour (H, W, 3) picture as the plan's input of ``channels``
+    channels: colour as it is, grey repeated over them."""
+    if picture.ndim == 2 and channels > 1:
+        picture = np.repeat(picture[..., None], channels, axis=2)
+    return image.arrange(picture)
 

@@ -37,7 +37,7 @@ class BenchReport(Struct):
 
 def bench_plan(plan: Plan, files: list[Path], backend: str, frames: int, trace: bool = True) -> BenchReport:
     shape = [int(d) for d in plan.program.inputs[0].shape]
-    arrays = [load_input(f, shape) for f in files]
+    arrays = [load_input(f, shape, plan.program.image) for f in files]
     samples: dict[str, list[float]] = {}
     with Runner(plan, backend, trace) as runner:
         runner.run(arrays[0])  # warm-up: compile, prepare weights, capture

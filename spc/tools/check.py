@@ -25,7 +25,7 @@ def _read_inputs(plan: Plan, files: list[Path], allow_nonfinite: bool, one_image
         return [read_npz(f, input_specs(plan), allow_nonfinite) for f in files]
     shape = [int(d) for d in plan.program.inputs[0].shape]
     one = image_shape(shape) if one_image else shape
-    return [load_input(f, one, allow_nonfinite) for f in files]
+    return [load_input(f, one, plan.program.image, allow_nonfinite) for f in files]
 
 
 def check_files(plan: Plan, plan_path: Path, files: list[Path], onnx: Path | None, backend: str,

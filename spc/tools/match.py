@@ -174,15 +174,17 @@ def extract_images(extractor: Plan, files: dict[str, Path], store: H5Store, keep
     """Each image's ``keep`` best keypoints (into ``store``, and returned by name); those in
     ``reuse`` read back from the file instead."""
     shape = [int(d) for d in extractor.program.inputs[0].shape]
-    height, width = shape[-2], shape[-1]
+    height, width = extractor.program.image.frame_size(shape)
     back = _read_back(store, [name for name in files if name in reuse])
     got: dict[str, ImageFeatures] = {} if viz else dict(back)  # --viz decodes every image again
     todo = [name for name in files if name not in got]
-    sources = [probe(files[name], shape, allow_nonfinite) for name in todo]  # every header before decoding
+    image = extractor.program.image
+    sources = [probe(files[name], shape, allow_nonfinite, image=image) for name in todo]  # headers before pixels
     by_source = {id(s): name for s, name in zip(sources, todo)}
     roles = extractor.program.roles
     with Runner(extractor, backend, trace) as runner:
-        for frame in frames(sources, shape, resize, keep_original=viz, allow_nonfinite=allow_nonfinite):
+        for frame in frames(sources, shape, resize, keep_original=viz, allow_nonfinite=allow_nonfinite,
+                            image=image):
             name = by_source[id(frame.source)]
             found = keypoints_of(runner.run(frame.x), roles, height, width, extraction)
             assert found is not None

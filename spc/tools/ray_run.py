@@ -38,10 +38,12 @@ from spc import console
 from spc.errors import SpcError
 from spc.files import atomic_write, file_sha256
 from spc.plan.io import read_plan
+from spc.plan.program import ImageInput
+from spc.records import asdict
 from spc.runtime.batches import fill, groups, image_of, image_shape
 from spc.runtime.extraction import has_keypoints
 from spc.runtime.frames import Frame, Geometry, Source, image_frame
-from spc.runtime.inputs import IMAGE_SUFFIXES, grey_image, image_size, walk_tree
+from spc.runtime.inputs import IMAGE_SUFFIXES, image_size, read_picture, walk_tree
 from spc.runtime.runner import Runner
 from spc.tools.run import _progress, done_for, failure_reason, in_original, keypoints_of, npz_arrays, npz_bytes
 from spc.ttnn.targets import DEFAULT_TARGET
@@ -130,10 +132,12 @@ def _written_since(npz: Path, since: float) -> bool:
         return False
 
 
-def read_chunk(item: dict, *, root: str, output: str, sha: str, shape: list[int], resize: str,
+def read_chunk(item: dict, *, root: str, output: str, sha: str, shape: list[int], image: dict, resize: str,
                allow_nonfinite: bool, redo: bool = False, since: float = math.inf) -> Iterator[dict]:
     """One chunk of the spool: each image's row, its pixels decoded and resized to the plan's frame
-    (``x``: float32 bytes), unless its result is there already (skipped) or it fails (the reason)."""
+    as the plan's ``image`` convention says (``x``: float32 bytes), unless its result is there
+    already (skipped) or it fails (the reason)."""
+    convention = ImageInput(**image)
     with open(item["spool"], "rb") as fd:
         fd.seek(item["start"])
         lines = fd.read(item["stop"] - item["start"]).splitlines()
@@ -149,8 +153,8 @@ def read_chunk(item: dict, *, root: str, output: str, sha: str, shape: list[int]
             continue
         try:
             image_size(path)  # the header first: a file that is no image fails before decoding
-            grey = grey_image(path, allow_nonfinite)
-            x, g = image_frame(grey, shape, resize, path)
+            picture = read_picture(path, convention.colour, allow_nonfinite)
+            x, g = image_frame(picture, shape, resize, path, convention)
             row.update(x=np.ascontiguousarray(x, np.float32).tobytes(), width=g.original[0], height=g.original[1])
         except Exception as exc:  # a bad image is reported, never stops the run
             row.update(status="failed", reason=failure_reason(exc, path))
@@ -169,6 +173,7 @@ class Device:
         self.batch = self.plan.images_per_run
         spec = [int(d) for d in self.plan.program.inputs[0].shape]
         self.shape = image_shape(spec) if self.batch > 1 else spec
+        self.frame = self.plan.program.image.frame_size(self.shape)  # (H, W)
         self.roles = self.plan.program.roles
         self.has_keypoints = has_keypoints(self.roles)
 
@@ -190,7 +195,7 @@ class Device:
                 continue
             w, h = int(rows["width"][i]), int(rows["height"][i])
             x = np.frombuffer(rows["x"][i], np.float32).reshape(self.shape)
-            geometry = Geometry.of((w, h), (self.shape[-1], self.shape[-2]), self.resize)
+            geometry = Geometry.of((w, h), self.frame[::-1], self.resize)
             todo.append((i, Frame(Source(Path(str(rows["path"][i])), "image", (w, h)), None, x, geometry)))
         for group in groups(todo, self.batch):
             try:
@@ -216,7 +221,7 @@ class Device:
     def _write(self, result, frame: Frame, npz: Path) -> int:
         """The image's .npz, as `spc run` writes it plus the plan's hash; its keypoint count (-1: none)."""
         assert frame.geometry is not None
-        found = keypoints_of(result, self.roles, self.shape[-2], self.shape[-1]) if self.has_keypoints else None
+        found = keypoints_of(result, self.roles, *self.frame) if self.has_keypoints else None
         kept = in_original(found, frame.geometry) if found is not None else None
         arrays = npz_arrays(result, kept, self.roles, frame.geometry, self.sha)
         atomic_write(npz, npz_bytes(arrays))
@@ -319,8 +324,8 @@ def run_ray(plan_path: Path, spec: str, output: Path | None, address: str | None
     spec_shape = [int(d) for d in plan.program.inputs[0].shape]
     batch = plan.images_per_run
     shape = image_shape(spec_shape) if batch > 1 else spec_shape
-    if len(shape) != 4 or shape[0] != 1:
-        raise SpcError(f"the plan's input is {spec_shape}, not an image: --ray runs image datasets")
+    if plan.program.image.axes(shape) is None:
+        raise SpcError(f"the plan's input is {spec_shape}, which no picture fills: --ray runs image datasets")
     sha = file_sha256(plan_path)
     out = output or Path(".")
     if out.suffix.lower() == ".npz" or (out.exists() and not out.is_dir()):
@@ -343,7 +348,8 @@ def run_ray(plan_path: Path, spec: str, output: Path | None, address: str | None
             ds = (ray.data.from_items(items, override_num_blocks=len(items))
                   .flat_map(read_chunk, num_cpus=task_cpus,
                             fn_kwargs={"root": os.path.abspath(root), "output": os.path.abspath(out), "sha": sha,
-                                       "shape": shape, "resize": resize, "allow_nonfinite": allow_nonfinite,
+                                       "shape": shape, "image": asdict(plan.program.image), "resize": resize,
+                                       "allow_nonfinite": allow_nonfinite,
                                        "redo": redo, "since": time.time()})
                   .map_batches(Device, batch_size=max(batch_size, batch), batch_format="numpy", num_cpus=actor_cpus,
                                compute=ray.data.ActorPoolStrategy(size=actors),

@@ -97,8 +97,9 @@ def _first_frame(plan: Plan, path: Path, allow_nonfinite: bool) -> Any:
 
     shape = [int(d) for d in plan.program.inputs[0].shape]
     shape = image_shape(shape) if plan.images_per_run > 1 else shape
-    stream = frames([probe(path, shape, allow_nonfinite)], shape, keep_original=True,
-                    allow_nonfinite=allow_nonfinite)
+    image = plan.program.image
+    stream = frames([probe(path, shape, allow_nonfinite, image=image)], shape, keep_original=True,
+                    allow_nonfinite=allow_nonfinite, image=image)
     try:
         return next(stream)
     finally:
@@ -141,7 +142,7 @@ def run_input(plan: Plan, plan_path: Path, path: Path, onnx: Path | None, allow_
         with Runner(plan, "emu") as runner:
             result = runner.run(x)
         result = image_of(result, 0, batch) if batch > 1 else result
-        got = frame_keypoints(result.outputs, roles, shape[-2], shape[-1])
+        got = frame_keypoints(result.outputs, roles, *plan.program.image.frame_size(shape))
         found = None if got is None else got[0]
         if got is not None and got[1] == STANDARD:
             out.keypoints_from = f"{STANDARD}, as spc check does"

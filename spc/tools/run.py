@@ -314,7 +314,7 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
     batch = plan.images_per_run  # a batch plan runs B frames at once, N*B on N chips (runtime/batches.py)
     shape = image_shape([int(d) for d in spec.shape]) if batch > 1 else [int(d) for d in spec.shape]
     roles = plan.program.roles
-    height, width = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
+    height, width = plan.program.image.frame_size(shape)
     keypoints = has_keypoints(roles)
     if fmt not in FORMATS:
         raise SpcError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
@@ -384,7 +384,8 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
         where: dict[int, list[Target]] = {}
         for i in live:
             try:
-                sources.append(videos[i] if i in videos else probe(files[i], shape, allow_nonfinite))
+                sources.append(videos[i] if i in videos else probe(files[i], shape, allow_nonfinite,
+                                                                   image=plan.program.image))
             except SpcError as exc:
                 if not keep_going:
                     raise
@@ -398,7 +399,8 @@ def run_files(plan: Plan, files: list[Path], output: Path | None, viz: Path | No
             failed.append((source.path, failure_reason(exc, source.path)))
 
         stream = prefetched(frames(sources, shape, resize, keep_original=viz is not None,
-                                   allow_nonfinite=allow_nonfinite, on_error=undecodable if keep_going else None),
+                                   allow_nonfinite=allow_nonfinite, on_error=undecodable if keep_going else None,
+                                   image=plan.program.image),
                             prefetch)
         tally = {"frames": 0, "keypoints": 0, "resized": 0, "aspect_changed": 0}
         heads_note = (f"keypoints by {STANDARD}: {extraction.describe()} (--threshold, --nms-radius, --border, "

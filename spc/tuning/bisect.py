@@ -96,7 +96,7 @@ def bisect(safe: Plan, safe_path: Path, fast: Plan, files: list[Path], onnx: Pat
     src = find_source(safe, safe_path, onnx)
     shape = [int(d) for d in safe.program.inputs[0].shape]
     probes = {role: t.name for role, t in safe.program.probes.items()}
-    comparison = Comparison(src, probes, [load_input(f, shape) for f in files])
+    comparison = Comparison(src, probes, [load_input(f, shape, safe.program.image) for f in files])
 
     def score(plan: Plan) -> Score:
         return Score.of(comparison.reports(plan), 0.0)

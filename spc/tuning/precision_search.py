@@ -56,7 +56,7 @@ from spc.ir.graph import Graph
 from spc.lowering.lower import find_probes
 from spc.memory.residency import CallRecord, predicted_ms
 from spc.plan.io import Plan
-from spc.plan.program import Program
+from spc.plan.program import ImageInput, Program
 from spc.records import asdict
 from spc.runtime.emu import PreparedOnce
 from spc.runtime.inputs import expand_paths, load_input
@@ -257,11 +257,11 @@ class Evaluator:
         return score
 
 
-def calibration_inputs(folder: Path | None, shape: list[int]) -> list[np.ndarray]:
+def calibration_inputs(folder: Path | None, shape: list[int], image: ImageInput) -> list[np.ndarray]:
     files = expand_paths([folder or CALIBRATION_DIR])
     if not files:
         raise SpcError(f"{folder}: no calibration inputs")
-    return [load_input(f, shape) for f in files]
+    return [load_input(f, shape, image) for f in files]
 
 
 def conv_blocks(g: Graph) -> list[str]:
@@ -269,13 +269,13 @@ def conv_blocks(g: Graph) -> list[str]:
 
 
 def search(g: Graph, src: Path, choose: Callable[[PrecisionPlan], None], lower_and_plan: LowerAndPlan,
-           calib: Path | None = None, thresholds: Thresholds | None = None,
+           image: ImageInput, calib: Path | None = None, thresholds: Thresholds | None = None,
            log: Callable[[str], None] = print) -> SearchResult:
-    """Search the precision of compiled graph ``g`` (from ``src``) on calibration inputs;
-    ``choose`` applies a plan to ``g``, ``lower_and_plan`` makes the plan a trial scores, as the
-    compile would (see :class:`Evaluator`)."""
+    """Search the precision of compiled graph ``g`` (from ``src``) on calibration inputs, read as
+    ``image`` says; ``choose`` applies a plan to ``g``, ``lower_and_plan`` makes the plan a trial
+    scores, as the compile would (see :class:`Evaluator`)."""
     shape = [int(d) for d in g.inputs[0].type.static_shape]
-    evaluate = Evaluator(g, src, calibration_inputs(calib, shape), choose, lower_and_plan)
+    evaluate = Evaluator(g, src, calibration_inputs(calib, shape, image), choose, lower_and_plan)
     return search_plans(conv_blocks(g), evaluate, thresholds or Thresholds(), log)
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from spc.compiler import compile_onnx
 from spc.plan.io import read_plan
+from spc.plan.program import DEFAULT_IMAGE
 from spc.runtime.runner import Runner
 from tests.test_ttnn_mock import ROOT
 
@@ -49,7 +50,7 @@ def test_kernels_give_the_same_outputs_with_fewer_calls(plans: dict[str, Path], 
     from spc.runtime.inputs import load_input
     from spc.tools.inspect import plan_report
 
-    x = load_input(images["astronaut"], [1, 3, 120, 160])
+    x = load_input(images["astronaut"], [1, 3, 120, 160], DEFAULT_IMAGE)
     # NMS: 8 element-wise calls fewer (2 rounds), 1 (single pass); keypoint read-back: 28 + 20
     for suffix, saved in (("", 8 + 28 + 20), ("_single", 1 + 28 + 20)):
         off, on = read_plan(plans["off" + suffix]), read_plan(plans["on" + suffix])
@@ -113,7 +114,7 @@ def test_kernels_read_the_tensors_a_dram_sliced_nms_renames(small_onnx: Path, im
     reads = [i for op in on.program.device_ops if op.op == "spc.kernel" for step in op.args["composed"]
              for i in step["inputs"]]
     assert flat and flat & set(reads)
-    x = load_input(images["camera"], [1, 3, 120, 160])
+    x = load_input(images["camera"], [1, 3, 120, 160], DEFAULT_IMAGE)
     with Runner(off) as a, Runner(on) as b:
         want, got = a.run(x, dense=True), b.run(x, dense=True)
     for name in want.outputs:

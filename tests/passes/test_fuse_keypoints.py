@@ -14,6 +14,7 @@ from spc.ir.graph import Placement
 from spc.passes.manager import PassContext, PassManager
 from spc.passes.pipeline import default_pipeline
 from spc.plan.io import read_plan
+from spc.plan.program import DEFAULT_IMAGE
 from spc.runtime.runner import Runner
 from tests.conftest import ir
 
@@ -75,7 +76,7 @@ def plans(small_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
 def image(images: dict[str, Path], name: str) -> np.ndarray:
     from spc.runtime.inputs import load_input
 
-    return load_input(images[name], [1, 3, 120, 160])
+    return load_input(images[name], [1, 3, 120, 160], DEFAULT_IMAGE)
 
 
 def test_compact_read_back_gives_the_dense_keypoints(plans: dict[str, Path], images: dict[str, Path]) -> None:
