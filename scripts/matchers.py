@@ -35,18 +35,18 @@ SPC = ROOT / ".venv" / "bin" / "spc"
 MODELS = ("lightglue-disk", "lightglue-superpoint", "superglue")
 
 
-def build(model: str, path: Path, k: int) -> None:
+def build(model: str, path: Path, k: int, opset: int) -> None:
     if model == "superglue":
         from tests.corpus.superglue import export
 
-        export(path, k)
+        export(path, k, opset=opset)
         return
     from tests.corpus.lightglue import export
 
     if model == "lightglue-disk":
-        export(path, k)
+        export(path, k, opset=opset)
     else:
-        export(path, k, features=None, dim=256)
+        export(path, k, features=None, dim=256, opset=opset)
 
 
 def pair(model: str, k: int, seed: int) -> dict[str, np.ndarray]:
@@ -59,23 +59,24 @@ def pair(model: str, k: int, seed: int) -> dict[str, np.ndarray]:
     return synthetic_pair(k, seed, 128 if model == "lightglue-disk" else 256)
 
 
-def run(model: str, k: int, pairs: int, work: Path, mock: bool) -> None:
+def run(model: str, k: int, pairs: int, work: Path, mock: bool, opset: int = 18) -> None:
     import onnxruntime as ort
 
     from spc.tuning.metrics import index_set_f1
 
     work.mkdir(parents=True, exist_ok=True)
-    src = work / f"{model}_{k}.onnx"
+    name = f"{model}_{k}" + ("" if opset == 18 else f"_op{opset}")
+    src = work / f"{name}.onnx"
     if not src.exists():
-        build(model, src, k)
-    plan = work / f"{model}_{k}.ttplan"
+        build(model, src, k, opset)
+    plan = work / f"{name}.ttplan"
     plan.unlink(missing_ok=True)
     t0 = time.perf_counter()
     done = subprocess.run([SPC, "compile", src, "-o", plan], capture_output=True, text=True)
     if done.returncode:
         sys.exit(done.stderr.strip())
     wrote = next(line for line in done.stdout.splitlines() if line.startswith("wrote"))
-    print(f"\n## {model}, {k} keypoints a side\n\n{wrote} (compile {time.perf_counter() - t0:.1f} s)")
+    print(f"\n## {model}, {k} keypoints a side, opset {opset}\n\n{wrote} (compile {time.perf_counter() - t0:.1f} s)")
     for note in done.stderr.splitlines():
         if re.search(r"partition-host-device|validation", note):
             print(note)
@@ -114,9 +115,12 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--work", type=Path, default=Path("bench-out/matchers"))
     ap.add_argument("--no-mock", action="store_true", help="skip the mock p150 run")
+    ap.add_argument("--opset", type=int, action="append",
+                    help="export opset (repeatable; default 18, torch's; LightGlue-ONNX exports at 17 and 20)")
     args = ap.parse_args()
     for model in args.model or MODELS:
-        run(model, args.keypoints, args.pairs, args.work, not args.no_mock)
+        for opset in args.opset or [18]:
+            run(model, args.keypoints, args.pairs, args.work, not args.no_mock, opset)
     return 0
 
 

@@ -48,6 +48,8 @@ def conv2d_device_reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | 
     """numerics.conv2d_device's model (its docstring has the facts), step by step: the K blocks,
     each packed partial and the bias as new tensors, one conv per kernel row over every input row."""
     x = x.to(torch.float32)
+    if out_fmt is DataFormat.FLOAT32:  # tilized in float32, read as TF32: its top 10 mantissa bits, toward zero
+        x = (x.view(torch.int32) & ~((1 << 13) - 1)).view(torch.float32)
     if out_fmt.block_float_bits:
         x = round_block_float(x.permute(0, 2, 3, 1), out_fmt).permute(0, 3, 1, 2)
     kh = w.shape[2]

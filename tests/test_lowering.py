@@ -267,10 +267,11 @@ def test_resize_that_is_not_ttnn_upsample_stays_on_the_host(mode: str, coords: s
     assert reason is not None and why in reason, reason
 
 
-def test_what_ttnn_reads_in_bf16_gets_a_float32_block_cast(tmp_path) -> None:
-    """Every block stored in float32: a convolution, an average pool and a bilinear upsample read
-    it cast to bf16 (ttnn's take bf16, the L1 model sizes a conv for it); a max pool reads it as
-    stored (an NMS compares the map with its pool)."""
+def test_a_float32_block_is_read_in_float32_or_cast_where_ttnn_would(tmp_path) -> None:
+    """Every block stored in float32: a convolution stored in float32 reads it as it is; the average
+    pool, the bilinear upsample and the max pool, which ttnn takes in bf16 only, are float32 shifted
+    views (lowering/shifted.py); a convolution stored in bf16 reads it cast to bf16 (ttnn's fast
+    tilize)."""
     import onnx
     from click.testing import CliRunner
     from onnx import TensorProto, helper, numpy_helper
@@ -292,21 +293,22 @@ def test_what_ttnn_reads_in_bf16_gets_a_float32_block_cast(tmp_path) -> None:
     g = helper.make_graph(nodes, "casts", [helper.make_tensor_value_info("x", f, [1, 4, 16, 16])],
                           [helper.make_tensor_value_info("y", f, [1, 32, 16, 16])], [w1, w2, scales])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=9), tmp_path / "m.onnx")
-    (tmp_path / "p.toml").write_text('[blocks."*"]\noutput_dtype = "float32"\n')
-    result = CliRunner().invoke(main, ["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.ttplan"),
-                                       "--precision-config", str(tmp_path / "p.toml")])
-    assert result.exit_code == 0, result.output
-    ops = read_plan(tmp_path / "m.ttplan").program.device_ops
-    made = {op.output: op for op in ops}
-
-    def reads(call: str) -> DataFormat:
-        op = next(o for o in ops if o.op == call and (call != "ttnn.conv2d" or o.args["in_channels"] == 32))
-        return made[op.inputs[0]].dtype
-
-    assert reads("ttnn.conv2d") is DataFormat.BFLOAT16
-    assert reads("ttnn.avg_pool2d") is DataFormat.BFLOAT16
-    assert made[made[next(o for o in ops if o.op == "ttnn.upsample").inputs[0]].inputs[0]].dtype is DataFormat.BFLOAT16
-    assert reads("ttnn.max_pool2d") is DataFormat.FLOAT32
+    for extra, conv_reads in (("", DataFormat.FLOAT32), ('[blocks."w2"]\noutput_dtype = "bfloat16"\n',
+                                                     DataFormat.BFLOAT16)):
+        (tmp_path / "p.toml").write_text('[blocks."*"]\noutput_dtype = "float32"\n' + extra)
+        result = CliRunner().invoke(main, ["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.ttplan"),
+                                           "--precision-config", str(tmp_path / "p.toml"), "--overwrite"])
+        assert result.exit_code == 0, result.output
+        ops = read_plan(tmp_path / "m.ttplan").program.device_ops
+        made = {op.output: op for op in ops}
+        conv = next(o for o in ops if o.op == "ttnn.conv2d" and o.args["in_channels"] == 32)
+        assert made[conv.inputs[0]].dtype is conv_reads
+        calls = {o.op for o in ops}
+        assert "ttnn.avg_pool2d" not in calls, sorted(calls)  # it reads the first conv's float32
+        # the upsample reads w2's result: float32 in the first plan, bf16 (ttnn's own call) in the second
+        assert ("ttnn.upsample" in calls) == (conv_reads is DataFormat.BFLOAT16), sorted(calls)
+        if conv_reads is DataFormat.FLOAT32:
+            assert "ttnn.max_pool2d" not in calls, sorted(calls)
 
 
 def test_log_softmax_is_finite_where_the_softmax_underflows() -> None:

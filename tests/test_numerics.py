@@ -165,3 +165,16 @@ def test_float32_weights_are_read_to_nine_mantissa_bits() -> None:
     s = conv_weight_storage(w, DataFormat.FLOAT32).flatten().tolist()
     assert s == [1 + 2.0**-9, -1.0, 1 + 2.0**-7]
     assert conv_weight_storage(w, DataFormat.BFLOAT16).flatten().tolist()[2] == 1 + 2.0**-7
+
+
+def test_a_float32_result_conv_reads_its_float32_input_as_tf32() -> None:
+    """Tilized in float32 (its result's format), the input reaches SrcB as TF32: 10 mantissa bits,
+    the rest dropped toward zero; a conv stored in bf16 reads what it is given (the lowering casts
+    a float32 input to bf16 first, as ttnn's fast tilize does)."""
+    from spc.emulator.numerics import conv2d_device
+
+    x = torch.tensor([1 + 2.0**-10 + 2.0**-11 + 2.0**-20]).reshape(1, 1, 1, 1)
+    w = torch.ones(1, 1, 1, 1)
+    args = ((1, 1), (0, 0, 0, 0), (1, 1), 1, MathFidelity.HIFI4, True)
+    assert conv2d_device(x, w, None, *args, DataFormat.FLOAT32).item() == 1 + 2.0**-10
+    assert conv2d_device(x, w, None, *args, DataFormat.BFLOAT16).item() == 1.0  # stored in bf16: 7 bits

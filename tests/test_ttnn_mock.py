@@ -324,3 +324,40 @@ def test_silu_the_last_call_defined_runs_on_the_mock_p150(ttnn_python: str, tmp_
     # bfloat16 input, weights and result around an exact float32 silu
     np.testing.assert_allclose(got, MEANINGS["ttnn.silu"]([c], {}, {}), rtol=0.03, atol=0.03)
     _accepted_by_ttnn(ttnn_python, silu, "silu")
+
+
+def test_float32_window_ops_run_on_the_mock_p150(ttnn_python: str, tmp_path: Path) -> None:
+    """A map stored in float32 through a U-Net's steps (DISK's): a conv reading float32, a 2x2
+    average pool, a bilinear x2 upsample and a 5x5 NMS max pool, as lowering/shifted.py spells
+    them (ttnn's own pools and bilinear upsample take bf16 only), and the real ttnn takes them."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from spc.compiler import compile_onnx
+    from spc.ttnn.precision import load_precision_config
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.normal(0, 0.2, shape).astype(np.float32), name)
+               for name, shape in (("w1", (32, 3, 3, 3)), ("w2", (32, 32, 3, 3)), ("w3", (1, 32, 3, 3)))]
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("AveragePool", ["c1"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Resize", ["c2", "", "scales"], ["u"], mode="linear"),
+             helper.make_node("Conv", ["u", "w3"], ["h"], pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["h"], ["m"], kernel_shape=[5, 5], pads=[2, 2, 2, 2]),
+             helper.make_node("Equal", ["h", "m"], ["keep"]),
+             helper.make_node("Where", ["keep", "h", "low"], ["y"])]
+    low = numpy_helper.from_array(np.array(-1e4, np.float32), "low")
+    graph = helper.make_graph(nodes, "unet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 64, 96])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 64, 96])],
+                              [*weights, scales, low])
+    src = tmp_path / "unet.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9), src)
+    config = tmp_path / "f32.toml"
+    config.write_text('[blocks."*"]\noutput_dtype = "float32"\n')
+    plan = tmp_path / "unet.ttplan"
+    compile_onnx(src, plan, precision=load_precision_config(config))
+    calls = {op.op for op in read_plan(plan).program.device_ops}
+    assert not calls & {"ttnn.max_pool2d", "ttnn.avg_pool2d", "ttnn.upsample"}, sorted(calls)
+    _accepted_by_ttnn(ttnn_python, plan, "unet")

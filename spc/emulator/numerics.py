@@ -16,12 +16,14 @@ Facts (shared/reference/tenstorrent-facts.md, from tt-metal and the Tensix ISA d
   matmul (and conv), weights are SrcA and activations SrcB. SrcA and SrcB hold 19-bit values
   (TF32: fp32 loses its low 13 mantissa bits on the way in) and the multiplier takes at most 5 bits
   of SrcA per phase: float32 weights are read to 9 mantissa bits (conv_weight_storage).
+* A conv's float32 input stays float32 only where its result is float32 (tilize_helpers.inl: the
+  activations are tilized in the output's format, fast tilize unless that is float32); it then
+  reaches SrcB as TF32, 10 mantissa bits, of which the hi phases read 6 (:func:`tf32`).
 
 Choices where the facts stop (written down, not tuned): products of truncated operands are
 exact in fp32 and summed in fp32 (the device's fp32 dest order is not modelled); block-float
 rounding is nearest-even on the exact value (the packer's sticky-bit handling is not known);
-a float32-stored tensor a conv reads is not narrowed to TF32 (only a --precision-config that
-stores a block's output in float32 makes one).
+the unpacker's float32 -> TF32 drops the low bits (toward zero), as for the weights.
 
 One implementation of each case, which the emulator runs: fewer passes over memory than the
 model's plain spelling (in-place updates of the tensors they make, no work a fidelity does not
@@ -127,6 +129,13 @@ def truncate_mantissa(x: torch.Tensor, keep: int) -> torch.Tensor:
 
 A_HI_BITS, B_HI_BITS = 4, 6
 A_READ_BITS = A_HI_BITS + 5  # SrcA's mantissa bits the multiplier reads over its hi and lo phases
+TF32_BITS = 10  # the mantissa bits of a float32 value in SrcA / SrcB
+
+
+def tf32(x: torch.Tensor) -> torch.Tensor:
+    """A float32 conv input as the unpacker puts it in SrcB: its top 10 mantissa bits (bf16 values,
+    7 bits, pass unchanged)."""
+    return truncate_mantissa(x, TF32_BITS)
 
 
 def operand_phases(a: torch.Tensor, b: torch.Tensor, fidelity: MathFidelity, merged: bool = True,
@@ -204,6 +213,8 @@ def conv2d_device(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stri
         if held is not None:
             return held if keep_bf16 else held.to(torch.float32)
     x = x.to(torch.float32)  # (a bf16-held tensor's values, exactly)
+    if out_fmt is DataFormat.FLOAT32:
+        x = tf32(x)
     if out_fmt.block_float_bits:
         x = round_block_float(x.permute(0, 2, 3, 1), out_fmt).permute(0, 3, 1, 2)
 

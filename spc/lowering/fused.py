@@ -8,6 +8,7 @@ from __future__ import annotations
 from spc.ir.graph import Node, Value
 from spc.lowering.emitter import Emitter
 from spc.lowering.registry import lowers
+from spc.lowering.shifted import window_max
 from spc.ttnn.configs import Activation, ComputeConfig, Conv2dConfig, PageLayout
 from spc.ttnn.formats import DataFormat
 from spc.ttnn.layout import DeviceLayout, PlainLayout
@@ -47,6 +48,10 @@ def pool2d_check(n: Node, call: str) -> str | None:
     return None
 
 
+def _pair(values) -> tuple[int, int]:
+    return int(values[0]), int(values[1])
+
+
 def _pool_check(n: Node) -> str | None:
     if len(n.outputs) > 1:
         return "ttnn.max_pool2d does not return ONNX's Indices output"
@@ -61,14 +66,15 @@ def _conv2d(em: Emitter, n: Node, ins: list[str]) -> str:
     ins = [em.to_nhwc(ins[0], x, n.name)]
     pads = n.attrs["pads"]
     scale = n.input(3)
-    if scale is None:
-        # a block stored in float32 ahead of a conv: read in bf16, as the L1 model sizes the conv's
-        # halo and activation buffers (a float32 input clashed with L1 on the mock p150: DISK)
+    p = n.precision or BlockPrecision()
+    if scale is None and p.output_dtype is not DataFormat.FLOAT32:
+        # ttnn tilizes a float32 input in the output's format (tilize_helpers: fast tilize unless the
+        # output is float32, which rounds it to bf16): a conv stored in float32 reads float32 (the
+        # matrix engine takes it as TF32), any other reads bf16, cast here as the L1 model sizes it
         ins = [em.stored_as(ins[0], DataFormat.BFLOAT16, n.name)]
     weights = {"weight_tensor": em.weight(w)}
     if b is not None and scale is None:
         weights["bias_tensor"] = em.weight(b)
-    p = n.precision or BlockPrecision()
     conv_config = Conv2dConfig(p.weights_dtype, Activation.RELU if n.attrs["activation"] == "relu" else None)
     compute_config = ComputeConfig(p.math_fidelity, p.fp32_dest_acc_en, p.packer_l1_acc)
     # a scaled conv: the integers' sum in float32 (exact to 2^24), then times the scale and plus the
@@ -107,9 +113,13 @@ def _max_pool(em: Emitter, n: Node, ins: list[str]) -> str:
     assert x is not None
     src = _layout(x)
     pads = n.attrs.get("pads", [0, 0, 0, 0])
-    # not cast to bf16 where its input is float32 (ttnn's pools take bf16 only): an NMS compares the
-    # map with its pool, and a pool of the rounded map is not the map's maximum (DISK: no keypoint left)
     ins = [em.to_nhwc(ins[0], x, n.name)]
+    if (em.dtypes.get(ins[0]) is DataFormat.FLOAT32 and _pair(n.attrs.get("dilations", [1, 1])) == (1, 1)
+            and not n.attrs.get("ceil_mode", 0)):
+        # ttnn's pools take bf16 only, and an NMS compares the map with its pool: a pool of the rounded
+        # map is not the map's maximum (DISK: no keypoint left). float32 keeps float32, exactly
+        return window_max(em, ins[0], src, _pair(n.attrs["kernel_shape"]), _pair(n.attrs.get("strides", [1, 1])),
+                          (pads[0], pads[1]), _layout(n.output), n.output.name, n.name)
     # read by anything but convs and pools (an NMS spelled op by op): interleaved, as spc.Nms keeps
     # its pools, since ttnn's element-wise calls reject the default height shards (not tile-sized)
     windowed = {"spc.Conv2d", "onnx.MaxPool"}

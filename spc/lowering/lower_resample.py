@@ -12,6 +12,7 @@ from spc.ir.graph import Node
 from spc.lowering.emitter import Emitter
 from spc.lowering.operands import Ins, shape_of
 from spc.lowering.registry import lowers
+from spc.lowering.shifted import upsample_linear
 from spc.ttnn.formats import DataFormat
 from spc.ttnn.layout import DeviceLayout
 from spc.ttnn.memory import DRAM_INTERLEAVED
@@ -62,7 +63,11 @@ def _resize(em: Emitter, n: Node, ins: Ins) -> str:
     assert scales is not None
     base = n.output.name
     mode = "nearest" if n.attrs.get("mode", "nearest") == "nearest" else "bilinear"
-    t = em.interleaved(em.to_nhwc(ins[0], x, n.name), n.name)
+    t = em.to_nhwc(ins[0], x, n.name)
+    if mode == "bilinear" and em.dtypes.get(t) is DataFormat.FLOAT32:
+        # ttnn's bilinear takes bf16 only: a map stored in float32 keeps float32 (lowering/shifted.py)
+        return upsample_linear(em, t, src, scales, out, n.output.name, n.name)
+    t = em.interleaved(t, n.name)
     if mode == "bilinear":  # the mock p150: "Bilinear upsample requires BFLOAT16 input"
         t = em.stored_as(t, DataFormat.BFLOAT16, n.name)
     t = em.row_major(t, n.name)

@@ -12,15 +12,18 @@ from msgspec import Struct
 
 from spc.memory.l1 import ConvSpec, PoolSpec, Window
 from spc.plan.program import TtOp
+from spc.ttnn.formats import DataFormat
 from spc.ttnn.memory import L1_FULL, BlockMemory
 
 
 class Resident(Struct, frozen=True):
-    """Where a device tensor lives: bytes on the busiest core (0 in DRAM), its cores, tiled or not."""
+    """Where a device tensor lives: bytes on the busiest core (0 in DRAM), its cores, tiled or not,
+    and the format it is stored in."""
 
     bytes: int
     cores: int | None
     tiled: bool
+    dtype: DataFormat = DataFormat.BFLOAT16
 
 
 DRAM_RM = Resident(0, None, False)
@@ -50,14 +53,15 @@ def result_in_dram(op: TtOp, input_in_dram: bool) -> bool:
     return input_in_dram
 
 
-def conv_spec(op: TtOp, input_tiled: bool) -> ConvSpec:
+def conv_spec(op: TtOp, src: Resident) -> ConvSpec:
+    """The conv call ``op`` reading ``src`` (its layout and format size its input buffers)."""
     a = op.args
     p = a["padding"]
     win = Window(a["batch_size"], a["input_height"], a["input_width"], a["in_channels"], tuple(a["kernel_size"]),
                  tuple(a["stride"]), (p[0], p[1], p[2], p[3]), tuple(a["dilation"]))
     cc = a["compute_config"]
     return ConvSpec(win, a["out_channels"], a["groups"], "bias_tensor" in op.weights, a["conv_config"].weights_dtype,
-                    a["dtype"], cc.fp32_dest_acc_en, cc.packer_l1_acc, input_tiled)
+                    a["dtype"], cc.fp32_dest_acc_en, cc.packer_l1_acc, src.tiled, src.dtype)
 
 
 def pool_spec(op: TtOp, src: Resident) -> PoolSpec:

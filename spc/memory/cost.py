@@ -77,7 +77,7 @@ def call_seconds(op: TtOp, src: Resident, use: L1Use, read_bytes: float, target:
     ``read_bytes`` what it reads."""
     if op.op == "ttnn.conv2d":
         fidelity = op.args["compute_config"].math_fidelity
-        return conv_seconds(conv_spec(op, src.tiled), op_memory(op), use, fidelity, target, not src.bytes)
+        return conv_seconds(conv_spec(op, src), op_memory(op), use, fidelity, target, not src.bytes)
     if op.op == "ttnn.max_pool2d":
         spec = pool_spec(op, src)
         return pool_seconds(spec.window, op_memory(op), use, target, not src.bytes, not spec.output_in_l1)

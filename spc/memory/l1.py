@@ -142,11 +142,20 @@ class ConvSpec(Struct, frozen=True):
     fp32_dest_acc: bool
     packer_l1_acc: bool
     input_tiled: bool  # the input is a TILE tensor (a conv output), not row-major (the host image, a pool)
+    # the format the input is stored in: a float32 one stays float32 through the halo and the
+    # activation buffers (conv2d's get_cb_info: input_datum_size 4)
+    input_dtype: DataFormat = DataFormat.BFLOAT16
 
     @property
     def is_matmul(self) -> bool:
         w = self.window
         return w.kernel == (1, 1) and w.stride == (1, 1) and not any(w.pads) and self.groups == 1
+
+
+def _held(dtype: DataFormat) -> DataFormat:
+    """The format a conv's input is held in through its halo and activation buffers: float32 as it
+    is, anything else as bf16 (the halo untilizes a block-float input to bf16)."""
+    return F32 if dtype is F32 else BF16
 
 
 def _conv_cbs(spec: ConvSpec, w: Window, cin_p: int, mt: int, abh: int) -> int:
@@ -156,7 +165,7 @@ def _conv_cbs(spec: ConvSpec, w: Window, cin_p: int, mt: int, abh: int) -> int:
     wbw = round_up(spec.cout, 32) // 32
     nbh = mt // abh
     w_tile, out_tile = spec.weights_dtype.tile_bytes, spec.output_dtype.tile_bytes
-    in_tile = BF16.tile_bytes  # the halo output is bf16 whatever the input format
+    in_tile = _held(spec.input_dtype).tile_bytes
     weights = w_tile * wbw * abw * (kh if nbh > 1 else 1)
     act = in_tile * abh * abw
     tilized = out_tile * abh * abw
@@ -200,11 +209,12 @@ def conv_l1(spec: ConvSpec, mem: BlockMemory, grid_cores: int, input_cores: int 
         # in DRAM is first sharded into L1 (tiled, channels in whole tiles) and lives beside the
         # output until the call ends, as a halo would (4 x 90 x 160 x 256 after a DRAM-sliced conv
         # at 720x1280: 278,528 B per core on 106 cores, measured on the mock p150)
-        staged = mt * (round_up(w.c, 32) // 32) * BF16.tile_bytes if input_in_dram else 0
+        staged = mt * (round_up(w.c, 32) // 32) * _held(spec.input_dtype).tile_bytes if input_in_dram else 0
         return L1Use(0, output, staged, ncores, rows)
     cb = _conv_cbs(spec, w, cin_p, mt, act_block_tiles(mt, mem.act_block_h))
-    halo = w.halo_sticks(rows) * cin_p * 2
-    staged = round_up(w.n * w.h * w.w, ncores) // ncores * cin_p * 2 if input_in_dram else 0
+    datum = int(_held(spec.input_dtype).bytes_per_value)
+    halo = w.halo_sticks(rows) * cin_p * datum
+    staged = round_up(w.n * w.h * w.w, ncores) // ncores * cin_p * datum if input_in_dram else 0
     return L1Use(cb, output, halo, ncores, rows, staged_input=staged, halo_moves=w.n > 1)
 
 
@@ -243,11 +253,12 @@ def _conv_dram(spec: ConvSpec, mem: BlockMemory, grid_cores: int) -> L1Use:
     worst_peak = -1
     for sw in slice_windows(spec.window, mem.slicing.type.dim, mem.slices):
         s = ConvSpec(sw, spec.cout, spec.groups, spec.bias, spec.weights_dtype, spec.output_dtype,
-                     spec.fp32_dest_acc, spec.packer_l1_acc, input_tiled=False)
+                     spec.fp32_dest_acc, spec.packer_l1_acc, input_tiled=False, input_dtype=spec.input_dtype)
         use = conv_l1(s, BlockMemory(L1_FULL, mem.act_block_h), grid_cores)
         cin_p = round_up(sw.c, 8)
         in_rows = round_up(sw.n * sw.h * sw.w, use.cores * 32) // use.cores
-        sliced = L1Use(use.cb, use.output, use.halo, use.cores, use.shard_rows, False, in_rows * cin_p * 2,
+        datum = int(_held(spec.input_dtype).bytes_per_value)
+        sliced = L1Use(use.cb, use.output, use.halo, use.cores, use.shard_rows, False, in_rows * cin_p * datum,
                        use.halo_moves)
         if sliced.peak > worst_peak:
             worst, worst_peak = sliced, sliced.peak

@@ -197,7 +197,7 @@ def apply(ops: list[TtOp], program: Program, block: str, mem: BlockMemory) -> li
 def _describe(op: TtOp, walk: Walk) -> tuple[Window, bool, str]:
     src = walk.source(op)
     if op.op == "ttnn.conv2d":
-        spec = conv_spec(op, src.tiled)
+        spec = conv_spec(op, src)
         w = spec.window
         return w, not spec.is_matmul, f"conv {w.c}->{spec.cout} {w.kernel[0]}x{w.kernel[1]} on {w.h}x{w.w}"
     w = pool_spec(op, src).window

@@ -76,12 +76,14 @@ def block_memory(program: Program) -> dict[str, BlockMemory]:
 def op_use(op: TtOp, src: Resident, target: Target) -> tuple[L1Use, Resident]:
     """The L1 model of one ttnn call, and where its output ends up."""
     if op.op == "ttnn.conv2d":
-        use = conv_l1(conv_spec(op, src.tiled), op_memory(op), target.cores, src.cores if src.bytes else None,
+        use = conv_l1(conv_spec(op, src), op_memory(op), target.cores, src.cores if src.bytes else None,
                       input_in_dram=not src.bytes)
-        return use, Resident(use.output, use.cores, True) if use.output_in_l1 else Resident(0, None, True)
+        return use, Resident(use.output, use.cores, True, op.dtype) if use.output_in_l1 else \
+            Resident(0, None, True, op.dtype)
     if op.op == "ttnn.max_pool2d":
         use = pool_l1(pool_spec(op, src), op_memory(op), target.cores, src.cores)
-        return use, Resident(use.output, use.cores, False) if use.output_in_l1 else DRAM_RM
+        return use, Resident(use.output, use.cores, False, op.dtype) if use.output_in_l1 else \
+            Resident(0, None, False, op.dtype)
     # element-wise, reductions, reshapes: stay where their input is
     in_l1 = src.bytes > 0 and not writes_dram(op)
     cb = CALLS[op.op].buffers(op.args, len(op.inputs))
@@ -91,7 +93,7 @@ def op_use(op: TtOp, src: Resident, target: Target) -> tuple[L1Use, Resident]:
     # to_layout(TILE) reads 32 channels per stick: 3,355 x 64 B of halo for the NMS of one image
     # sliced out of a batch at 240x320, measured on the mock p150)
     tiled = op.args["layout"] is PageLayout.TILE if op.op == "ttnn.to_layout" else src.tiled
-    return L1Use(cb, size, 0, cores, 0, in_l1), Resident(size, src.cores if in_l1 else None, tiled)
+    return L1Use(cb, size, 0, cores, 0, in_l1), Resident(size, src.cores if in_l1 else None, tiled, op.dtype)
 
 
 class CallRecord(Struct, frozen=True):
@@ -116,7 +118,8 @@ class Walk:
                  frees: list[list[str]] | None = None) -> None:
         self.program, self.target = program, target
         self.ledger = Ledger(target)
-        self.where: dict[str, Resident] = {t.name: DRAM_RM for t in program.device_inputs}
+        self.where: dict[str, Resident] = {t.name: Resident(0, None, False, program.input_format(t.name))
+                                           for t in program.device_inputs}
         self.sizes: dict[str, float] = {t.name: numel(t.device_shape) * program.input_format(t.name).bytes_per_value
                                         for t in program.device_inputs}
         # ``frees``: program.frees(keep) when the caller knows it (the planner's trials share it)

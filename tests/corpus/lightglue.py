@@ -42,9 +42,10 @@ def lightglue_module() -> types.ModuleType:
 
 
 def export(path: Path, k: int, features: str | None = "disk", dim: int = 128, layers: int = 9,
-           seed: int = 0) -> Path:
+           seed: int = 0, opset: int = 18) -> Path:
     """``features``: a trained configuration of the package ("disk"), or None for seeded weights
-    with ``dim``-dimensional descriptors and ``layers`` layers."""
+    with ``dim``-dimensional descriptors and ``layers`` layers; ``opset``: LightGlue-ONNX exports
+    at 20 (GELU as one Gelu node) and exported at 17 (its first exporter); torch's default is 18."""
     import torch
 
     lgm = lightglue_module()
@@ -74,8 +75,29 @@ def export(path: Path, k: int, features: str | None = "disk", dim: int = 128, la
     width = 128 if features is not None else dim
     feeds = synthetic_pair(k, 0, width)
     args = tuple(torch.from_numpy(v) for v in feeds.values())
-    torch.onnx.export(Matcher().eval(), args, str(path), input_names=list(feeds),
-                      output_names=["matches0", "matching_scores0"], dynamo=True, opset_version=18)
+    return export_matcher(Matcher(), args, path, list(feeds), opset)
+
+
+def export_matcher(module, args: tuple, path: Path, input_names: list[str], opset: int = 18) -> Path:
+    """A matcher module exported as its users export it: torch.onnx's dynamo exporter, outputs
+    matches0 and matching_scores0. It writes opset 18 and up; below, TorchScript's exporter fails
+    on LightGlue's class (a transpose of a rank it cannot see), so onnx's version converter takes
+    the graph down once onnxscript has folded the reductions' axes into constants."""
+    import onnx
+    import onnxscript
+    import torch
+
+    torch.onnx.export(module.eval(), args, str(path), input_names=input_names,
+                      output_names=["matches0", "matching_scores0"], dynamo=True, opset_version=max(opset, 18))
+    if opset < 18:
+        model = onnx.version_converter.convert_version(onnxscript.optimizer.optimize(onnx.load(path)), opset)
+        for node in model.graph.node:  # the converter keeps ReduceMax-18's noop_with_empty_axes=0 (the
+            # default) on the ReduceMax-13 it writes, which has no such attribute: onnx's checker refuses it
+            kept = [a for a in node.attribute if not (a.name == "noop_with_empty_axes" and a.i == 0)]
+            del node.attribute[:]
+            node.attribute.extend(kept)
+        onnx.checker.check_model(model)
+        onnx.save(model, path)
     return path
 
 

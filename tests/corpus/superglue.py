@@ -23,9 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.corpus.lightglue import export_matcher
+
 
 def export(path: Path, k: int = 512, dim: int = 256, layers: int = 9, iters: int = 100, threshold: float = 0.2,
-           height: int = 480, width: int = 640, seed: int = 0) -> Path:
+           height: int = 480, width: int = 640, seed: int = 0, opset: int = 18) -> Path:
     import torch
     from torch import nn
 
@@ -119,9 +121,7 @@ def export(path: Path, k: int = 512, dim: int = 256, layers: int = 9, iters: int
 
     feeds = synthetic_pair(k, 0, dim)
     args = tuple(torch.from_numpy(v) for v in feeds.values())
-    torch.onnx.export(SuperGlue().eval(), args, str(path), input_names=list(feeds),
-                      output_names=["matches0", "matching_scores0"], dynamo=True, opset_version=18)
-    return path
+    return export_matcher(SuperGlue(), args, path, list(feeds), opset)
 
 
 def synthetic_pair(k: int, seed: int, dim: int = 256) -> dict[str, np.ndarray]:

@@ -21,6 +21,12 @@ def conv(h: int, w: int, cin: int, cout: int, tiled: bool) -> ConvSpec:
     return ConvSpec(win, cout, 1, True, DataFormat.BFLOAT16, DataFormat.BFLOAT16, True, True, tiled)
 
 
+def conv_f32(h: int, w: int, cin: int, cout: int) -> ConvSpec:
+    win = Window(1, h, w, cin, (5, 5), (1, 1), (2, 2, 2, 2))
+    return ConvSpec(win, cout, 1, True, DataFormat.BFLOAT16, DataFormat.FLOAT32, True, True, True,
+                    input_dtype=DataFormat.FLOAT32)
+
+
 def pool(h: int, w: int, c: int, k: int, tiled: bool, in_l1: bool, out_l1: bool) -> PoolSpec:
     r = k // 2 if k > 2 else 0
     return PoolSpec(Window(1, h, w, c, (k, k), (1, 1) if k > 2 else (2, 2), (r, r, r, r)), tiled, in_l1, out_l1)
@@ -46,6 +52,12 @@ MEASURED = [
     ("2x2 pool on 240x320x64, DRAM, 3 column slices",
      lambda: pool_l1(pool(240, 320, 64, 2, True, False, True), BlockMemory.dram("width", 3), P150_CORES),
      32896, 89424),
+    # DISK's blocks stored in float32 (docs/matchers.md): the input stays float32 through the halo
+    # and the activation buffers (measured 2026-12-06, scripts/l1_agreement.py on its 480x640 plan)
+    ("conv 16->32 5x5 on 240x320 from DRAM, float32 in and out",
+     lambda: conv_l1(conv_f32(240, 320, 16, 32), BlockMemory(), P150_CORES, input_in_dram=True), 913472, 348496),
+    ("conv 32->64 5x5 on 120x160 from DRAM, float32 in and out",
+     lambda: conv_l1(conv_f32(120, 160, 32, 64), BlockMemory(), P150_CORES, input_in_dram=True), 270400, 158752),
     ("9x9 NMS window max on 480x640x1 from DRAM",
      lambda: pool_l1(pool(480, 640, 1, 9, False, False, False), BlockMemory(), P150_CORES), 14336, 217808),
 ]
