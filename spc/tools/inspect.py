@@ -69,6 +69,7 @@ class PlanReport(Struct):
     # the header: what the plan is
     plan_file: str = ""
     source: dict[str, str] = field(default_factory=dict)  # the ONNX it was compiled from: file, sha256
+    image: dict[str, str] | None = None  # how a picture fills the input (plan/program.py ImageInput)
     inputs: list[dict[str, Any]] = field(default_factory=list)  # name, dtype, shape
     outputs: list[dict[str, Any]] = field(default_factory=list)
     precision_rules: list[dict[str, Any]] = field(default_factory=list)
@@ -137,7 +138,8 @@ def plan_report(plan: Plan, plan_file: str = "") -> PlanReport:
                       model_metadata=metadata,
                       throughput={**Throughput.of(plan, total).as_dict(), "chips": target.chips},
                       batch_search=[dict(r) for r in m.get("batch_search") or [] if isinstance(r, dict)],
-                      dram_peak_bytes=dram_peak(p)[0], dram_bytes=target.dram_bytes)
+                      dram_peak_bytes=dram_peak(p)[0], dram_bytes=target.dram_bytes,
+                      image=asdict(p.image) if p.image.layout != "none" else None)
 
 
 def clean(value: Any, limit: int = 200) -> str:
@@ -163,6 +165,8 @@ def header_lines(report: PlanReport) -> list[str]:
              f"written by spc {clean(report.spc_version, 64)}{this}",
              f"source: {clean(report.source.get('file', '?'))}, sha256 {clean(report.source.get('sha256', '?'), 64)}"]
     lines += [f"input:  {_spec(t)}" for t in report.inputs[:16]]
+    if report.image is not None and report.inputs:  # how a picture fills it (docs/outputs.md)
+        lines[-1] += f" (pictures read {report.image['layout']}, {report.image['colour']})"
     lines += [f"output: {_spec(t)}" for t in report.outputs[:64]]
     rules = "; ".join(" ".join(f"{clean(k, 32)}={clean(v, 64)}" for k, v in r.items()) if isinstance(r, dict)
                       else clean(r, 64) for r in report.precision_rules[:16])
