@@ -54,9 +54,9 @@ def size_of(args: argparse.Namespace) -> tuple[int, int]:
 def fixed_k_through_spc(args: argparse.Namespace, python: str, exporter: Path, name: str) -> int:
     """An export another toolchain made (``exporter`` run by ``python``: WEIGHTS OUT H W K; input
     [1, H, W, 1], outputs keypoints [K, 2] (x, y) pixels, scores [K], descriptors [K, 256]) at
-    ``--size``: compiled, run on the emu backend on spc's own reading of each image file (the
-    plan's image layout: NHWC), keypoints against onnxruntime on the same ONNX fed the array a TF
-    user makes (top 500 by score, 2 px, one to one) and the matched descriptors' cosine; prints a row, exit 0
+    ``--size``: compiled, each image file read by spc as the plan says (NHWC grey: checked to be the
+    array a TF user makes), run on the emu backend, keypoints against onnxruntime on the same ONNX
+    and the same array (top 500 by score, 2 px, one to one) and the matched descriptors' cosine; prints a row, exit 0
     when F1 median >= 0.97 and cosine >= 0.99 (corpus_tf.py, corpus_jax.py)."""
     import statistics
     import subprocess
@@ -91,10 +91,12 @@ def fixed_k_through_spc(args: argparse.Namespace, python: str, exporter: Path, n
     f1s, cos = [], []
     with Runner(plan) as runner:
         for f in evaluation_images(args.work, IMAGES):
-            # onnxruntime on the array a TF user makes; spc on its own reading of the file
+            # spc's own reading of the file is the array a TF user makes (channels last), up to
+            # PIL's resize in float rather than in bytes (mean 1/255 apart); both sides then run on it
             grey = np.asarray(Image.open(f).convert("L").resize((w, h)), np.float32) / 255
-            x = grey.reshape(1, h, w, 1)
-            ours = list(runner.run(load_input(f, [1, h, w, 1], plan.program.image)).outputs.values())
+            x = load_input(f, [1, h, w, 1], plan.program.image)
+            assert x.shape == (1, h, w, 1) and float(np.abs(x - grey.reshape(1, h, w, 1)).mean()) < 2 / 255, f
+            ours = list(runner.run(x).outputs.values())
             ref = sess.run(None, {sess.get_inputs()[0].name: x})
             a = keypoint_agreement(ours[0].astype(np.float32), ours[1], ours[2], ref[0].astype(np.float32), ref[1],
                                    ref[2])
