@@ -148,10 +148,8 @@ def _frame(image: Any, shape: list[int], convention: ImageInput, resize: str,
     if list(a.shape) == shape:
         check_values(Path("<array>"), a, allow_nonfinite)
         return np.ascontiguousarray(a, dtype=np.float32), None
-    if a.ndim == 3 and a.shape[2] in (3, 4):  # RGB(A): as it is for a colour model, else ITU-R 601 luma (PIL's "L")
-        scale = np.float32(1 / 255) if a.dtype == np.uint8 else np.float32(1)
-        a = a[..., :3].astype(np.float32) * scale
-        a = a if colour else a @ np.array([0.299, 0.587, 0.114], np.float32)
+    if a.ndim == 3 and a.shape[2] in (3, 4):  # RGB(A): image_frame reads it in colour or grey, as the plan says
+        a = a[..., :3].astype(np.float32) * (np.float32(1 / 255) if a.dtype == np.uint8 else np.float32(1))
     elif a.ndim == 2:
         a = a.astype(np.float32) / 255.0 if a.dtype == np.uint8 else a.astype(np.float32)
     else:

@@ -107,3 +107,24 @@ def test_a_float32_result_conv_reads_its_float32_input(tmp_path: Path) -> None:
         between = [op.op for op in ops[convs[0] + 1:convs[1]]]
         assert between.count("ttnn.typecast") == casts, (label, between)
         assert [ops[i].dtype.value for i in convs] == ["float32", second], label
+
+
+def test_a_float32_upsample_of_a_one_pixel_map(tmp_path: Path) -> None:
+    """An image-pooling branch (ASPP's): the map's mean over the image, spread back bilinearly; a
+    one-pixel axis is its own neighbour on both sides."""
+    scales = numpy_helper.from_array(np.array([1, 1, H, W], np.float32), "s")
+    model = _model(helper.make_node("Resize", ["m", "", "s"], ["y"], mode="linear"), [1, C, H, W], [scales])
+    model.graph.node.insert(2, helper.make_node("GlobalAveragePool", ["r"], ["m"]))
+    src = tmp_path / "aspp.onnx"
+    onnx.save(model, src)
+    plan = tmp_path / "aspp.ttplan"
+    compile_onnx(src, plan, precision=float32_blocks(tmp_path))
+    assert "ttnn.upsample" not in {op.op for op in read_plan(plan).program.device_ops}
+
+
+def test_superpoint_s_nms_on_a_float32_map_never_calls_ttnn_s_pool(tmp_path: Path, small_onnx: Path) -> None:
+    """spc.Nms's window maxima (and the encoder's 2x2 pools) on float32 maps are shifted views:
+    ttnn's max_pool2d takes bf16 only."""
+    plan = tmp_path / "sp.ttplan"
+    compile_onnx(small_onnx, plan, precision=float32_blocks(tmp_path))
+    assert "ttnn.max_pool2d" not in {op.op for op in read_plan(plan).program.device_ops}

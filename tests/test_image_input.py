@@ -102,10 +102,14 @@ def _graph(nodes, shape: list[int], inits=()) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
 
 
-def _read(tmp_path: Path, model: onnx.ModelProto) -> tuple[ImageInput, str | None]:
+def _save(tmp_path: Path, model: onnx.ModelProto) -> Path:
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
-    return image_input(import_onnx(path))
+    return path
+
+
+def _read(tmp_path: Path, model: onnx.ModelProto) -> tuple[ImageInput, str | None]:
+    return image_input(import_onnx(_save(tmp_path, model)))
 
 
 def test_a_resize_before_the_first_convolution_leaves_the_small_axis(tmp_path: Path) -> None:
@@ -199,3 +203,54 @@ def test_default_plans_are_written_as_before() -> None:
     p.image = ImageInput("NHWC", "grey")
     assert p.to_json()["image"] == {"layout": "NHWC", "colour": "grey"}
     assert Program.from_json({**p.to_json(), "device_ops": []}).image == ImageInput("NHWC", "grey")
+
+
+def _conv_weight(cin: int) -> onnx.TensorProto:
+    return numpy_helper.from_array(RNG.normal(0, 0.3, (4, cin, 3, 3)).astype(np.float32), "w")
+
+
+def test_what_the_image_reaches_beside_the_first_convolution_is_not_read_as_colour(tmp_path: Path) -> None:
+    """HF's first-channel select, and the image's Shape used after the convolution (a keypoint
+    scaling): only the way to the first convolution is run, so the model still reads grey."""
+    idx = numpy_helper.from_array(np.array(0, np.int64), "idx")
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    nodes = [helper.make_node("Gather", ["x", "idx"], ["g"], axis=1),
+             helper.make_node("Unsqueeze", ["g", "axes"], ["u"]),
+             helper.make_node("Conv", ["u", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Shape", ["x"], ["s"], start=3, end=4),
+             helper.make_node("Cast", ["s"], ["sf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["c", "sf"], ["y"])]
+    assert _read(tmp_path, _graph(nodes, [1, 3, 24, 32], [idx, axes, _conv_weight(1)]))[0] == DEFAULT_IMAGE
+
+
+def test_with_no_convolution_the_outputs_say_which_channels_are_read(tmp_path: Path) -> None:
+    """Three channels and no convolution or pool to ask (a patchifying model): its outputs read all
+    three (colour), or the first only (grey); what needs more than the image cannot be told."""
+    shape = numpy_helper.from_array(np.array([1, 3 * 24 * 32], np.int64), "shape")
+    starts, ends, axes = (numpy_helper.from_array(np.array([v], np.int64), n) for n, v in
+                          (("starts", 0), ("ends", 1), ("axes", 1)))
+    patchify = _graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], [1, 3, 24, 32], [shape])
+    assert _read(tmp_path, patchify)[0] == ImageInput("NCHW", "rgb")
+    first = _graph([helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"])], [1, 3, 24, 32],
+                   [starts, ends, axes])
+    assert _read(tmp_path, first)[0] == DEFAULT_IMAGE
+    g = helper.make_graph([helper.make_node("Add", ["x", "z"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 24, 32]),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 3, 24, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    found, _ = image_input(import_onnx(_save(tmp_path, helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 18)], ir_version=9))))
+    assert found.layout == "none"  # two inputs: a matcher's kind, no picture
+
+
+def test_a_batch_export_reads_each_picture(tmp_path: Path) -> None:
+    """A model exported for two images at once takes two pictures a run, each read as one."""
+    src = tmp_path / "b2.onnx"
+    onnx.save(_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], [2, 1, H, W],
+                     [_conv_weight(1)]), src)
+    assert image_input(import_onnx(src))[0] == DEFAULT_IMAGE
+    plan = tmp_path / "b2.ttplan"
+    assert spc("compile", src, "-o", plan)[0] == 0
+    pictures = [_picture(tmp_path / f"{k}.png", colour=True) for k in range(2)]
+    code, _, err = spc("run", plan, *pictures, "-o", tmp_path / "out")
+    assert code == 0, err

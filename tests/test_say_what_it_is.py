@@ -133,7 +133,7 @@ def test_inspect_opens_with_what_the_plan_is(small_onnx: Path, small_plan: Path)
     lines = out.splitlines()
     assert lines[0] == f"plan: {small_plan}, plan format 5, written by spc {__version__}"
     assert lines[1] == f"source: {small_onnx.name}, sha256 {sha256(small_onnx)}"
-    assert lines[2] == f"input:  pixel_values f32 [1, 3, {SMALL[0]}, {SMALL[1]}]"
+    assert lines[2] == f"input:  pixel_values f32 [1, 3, {SMALL[0]}, {SMALL[1]}] (pictures read NCHW, grey)"
     assert [line.split()[1] for line in lines[3:7]] == ["keypoints", "scores", "descriptors", "mask"]
     assert lines[7] == "target: p150; precision: accurate"
     assert lines[8].startswith("options: ") and "nms_single_pass=false" in lines[8] and "dense=false" in lines[8]

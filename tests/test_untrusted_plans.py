@@ -260,3 +260,11 @@ def test_a_manifest_without_a_members_hash_is_refused(small_plan: Path, tmp_path
         return m
 
     refused(edited(small_plan, tmp_path / "m.ttplan", manifest=drop), "members: no hash for ir.txt")
+
+
+@pytest.mark.parametrize("image", [{"layout": "sideways"}, {"layout": "NHWC", "colour": "blue"},
+                                   {"layout": "NCHW", "extra": 1}, "NHWC", {"layout": 3}, None])
+def test_an_edited_image_convention_is_refused(image: Any, small_plan: Path, tmp_path: Path) -> None:
+    """program.json's ``image`` (how a picture fills the input) is read through the schema: a
+    layout or colour spc does not know, an unknown key, another type, one line each."""
+    refused(edited(small_plan, tmp_path / "i.ttplan", program=lambda p: setitem(p, "image", image)), "image")

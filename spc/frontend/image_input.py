@@ -6,12 +6,13 @@ input's axes 1 and 2 (NHWC: TensorFlow's and JAX's exporters, a Transpose before
 convolution) or 2 and 3 (NCHW). Where a resize in between hides the sizes, the one of axes 1
 and 3 that has at most four entries is the channels.
 
-The channels are what those ops read of them: SuperPoint's Hugging Face export takes three and
-reads the first (its processor feeds grey three times); DISK's first convolution reads all three
-(colour). Each channel is changed in turn on a seeded picture and the values the windowed ops
-read are compared: a model that reads several of its three channels takes colour (``rgb``),
-anything else the picture's grey in every channel. A graph whose axes cannot be told apart takes
-arrays only (``layout = "none"``).
+The channels are what those ops (with none, the model's outputs) read of them: SuperPoint's
+Hugging Face export takes three and reads the first (its processor feeds grey three times);
+DISK's first convolution reads all three (colour). Each channel is changed in turn on a seeded
+picture and the values the windowed ops read are compared, only the nodes on the way to them
+run: a model that reads several of its three channels takes colour (``rgb``), anything else the
+picture's grey in every channel. A graph whose axes, or whose colour, cannot be told takes
+arrays only (``layout = "none"``), with a note.
 
 Before::
 
@@ -42,16 +43,26 @@ def image_input(g: Graph) -> tuple[ImageInput, str | None]:
         return NOT_A_PICTURE, None
     x = g.inputs[0]
     t = x.type
-    if t.rank != 4 or not t.is_static or not t.dtype.is_float or int(t.static_shape[0]) != 1:
+    if t.rank != 4 or not t.is_static or not t.dtype.is_float:
         return NOT_A_PICTURE, None
-    dims = [int(d) for d in t.static_shape]
+    dims = [int(d) for d in t.static_shape]  # a batch export's N images are each read so
     prefix, entries = _first_windows(g, x)
     layout = _layout(dims, entries)
+    if not entries:  # no convolution or pool to ask: what the model returns tells which channels it reads
+        prefix, entries = _towards(g.nodes, [v for v in g.outputs if not v.is_const], x), \
+            [v for v in g.outputs if not v.is_const]
     if layout is None:
         return NOT_A_PICTURE, (f"image input {x.name} {dims}: its first convolutions do not say which axis holds "
                                "the channels; it takes arrays (.npy), not pictures")
     axis = 1 if layout == "NCHW" else 3
-    colour = "rgb" if dims[axis] == 3 and len(_channels_read(x, dims, axis, prefix, entries)) > 1 else "grey"
+    colour = "grey"
+    if dims[axis] == 3:
+        read = _channels_read(x, dims, axis, prefix, entries)
+        if read is None:
+            return NOT_A_PICTURE, (f"image input {x.name} {dims}: the way to its first convolutions (or to its "
+                                   "outputs) cannot be run from the image alone, so whether it reads colour cannot "
+                                   "be told; it takes arrays (.npy), not pictures")
+        colour = "rgb" if len(read) > 1 else "grey"
     found = ImageInput(layout, colour)
     if found == ImageInput():
         return found, None
@@ -60,10 +71,11 @@ def image_input(g: Graph) -> tuple[ImageInput, str | None]:
 
 
 def _first_windows(g: Graph, x: Value) -> tuple[list[Node], list[Value]]:
-    """The nodes between ``x`` and the first windowed ops it reaches (in order), and the values
-    those ops read from there."""
+    """The nodes on the paths from ``x`` to the first windowed ops it reaches (in order), and the
+    values those ops read from there. What the image reaches only past a windowed op, or beside
+    the paths (its Shape for a later scaling), is not among them."""
     reached = {id(x)}
-    prefix: list[Node] = []
+    between: list[Node] = []
     entries: list[Value] = []
     for n in g.nodes:  # topological order
         read = [v for v in n.inputs[:1] if v is not None and id(v) in reached]
@@ -71,9 +83,20 @@ def _first_windows(g: Graph, x: Value) -> tuple[list[Node], list[Value]]:
             entries.extend(read)
             continue
         if any(v is not None and id(v) in reached for v in n.inputs):
-            prefix.append(n)
+            between.append(n)
             reached.update(id(o) for o in n.outputs)
-    return prefix, entries
+    return _towards(between, entries, x), entries
+
+
+def _towards(nodes: list[Node], ends: list[Value], x: Value) -> list[Node]:
+    """Of ``nodes`` (in order), those the values ``ends`` depend on, not looking past ``x``."""
+    needed = {id(v) for v in ends}
+    kept: list[Node] = []
+    for n in reversed(nodes):
+        if any(id(o) in needed for o in n.outputs):
+            kept.append(n)
+            needed.update(id(v) for v in n.inputs if v is not None and v is not x)
+    return kept[::-1]
 
 
 def _layout(dims: list[int], entries: list[Value]) -> str | None:
@@ -95,9 +118,13 @@ def _layout(dims: list[int], entries: list[Value]) -> str | None:
     return small[0] if len(small) == 1 else None
 
 
-def _channels_read(x: Value, dims: list[int], axis: int, prefix: list[Node], entries: list[Value]) -> set[int]:
+def _channels_read(x: Value, dims: list[int], axis: int, prefix: list[Node],
+                   entries: list[Value]) -> set[int] | None:
     """The channels of ``x`` (on ``axis``) that the windowed ops' inputs depend on: each changed in
-    turn on a seeded picture. An op that reads ``x`` itself reads every channel."""
+    turn on a seeded picture. An op that reads ``x`` itself reads every channel; None where there
+    is nothing to ask or the way there needs more than the image (nothing can be told)."""
+    if not entries:
+        return None
     if any(v is x for v in entries):
         return set(range(dims[axis]))
     base = _picture(dims, 0.0)
@@ -112,7 +139,7 @@ def _channels_read(x: Value, dims: list[int], axis: int, prefix: list[Node], ent
             if any(not np.array_equal(a, b) for a, b in zip(ref, _entry_values(x, moved, prefix, entries))):
                 read.add(c)
     except (MissingValue, NodeFailed):  # what lies before the convolutions needs more than the image
-        return set(range(dims[axis]))
+        return None
     return read
 
 

@@ -6,9 +6,9 @@ L2 norm) and of max pooling: the calls that keep their values in ttnn's conv lay
 from __future__ import annotations
 
 from spc.ir.graph import Node, Value
+from spc.lowering import shifted
 from spc.lowering.emitter import Emitter
 from spc.lowering.registry import lowers
-from spc.lowering.shifted import window_max
 from spc.ttnn.configs import Activation, ComputeConfig, Conv2dConfig, PageLayout
 from spc.ttnn.formats import DataFormat
 from spc.ttnn.layout import DeviceLayout, PlainLayout
@@ -118,8 +118,9 @@ def _max_pool(em: Emitter, n: Node, ins: list[str]) -> str:
             and not n.attrs.get("ceil_mode", 0)):
         # ttnn's pools take bf16 only, and an NMS compares the map with its pool: a pool of the rounded
         # map is not the map's maximum (DISK: no keypoint left). float32 keeps float32, exactly
-        return window_max(em, ins[0], src, _pair(n.attrs["kernel_shape"]), _pair(n.attrs.get("strides", [1, 1])),
-                          (pads[0], pads[1]), _layout(n.output), n.output.name, n.name)
+        return shifted.window_max(em, ins[0], src, _pair(n.attrs["kernel_shape"]),
+                                  _pair(n.attrs.get("strides", [1, 1])), (pads[0], pads[1]), _layout(n.output),
+                                  n.output.name, n.name)
     # read by anything but convs and pools (an NMS spelled op by op): interleaved, as spc.Nms keeps
     # its pools, since ttnn's element-wise calls reject the default height shards (not tile-sized)
     windowed = {"spc.Conv2d", "onnx.MaxPool"}
@@ -172,6 +173,8 @@ def _nms(em: Emitter, n: Node, ins: list[str]) -> str:
                 slice_config=L1_FULL)
 
     def window_max(x: str, out: str) -> str:
+        if em.dtypes.get(x) is DataFormat.FLOAT32:  # ttnn's pools take bf16 only: float32 stays exact
+            return shifted.window_max(em, x, lay, (2 * r + 1, 2 * r + 1), (1, 1), (r, r), lay, out, n.name)
         return em.emit("ttnn.max_pool2d", [x], out, lay, n.name, **pool)
 
     s = ins[0]

@@ -114,12 +114,15 @@ def upsample_linear(em: Emitter, x: str, src: DeviceLayout, scales: tuple[int, i
         t = ax.emit("ttnn.reshape", [t], f"view{axis}", view, shape=view)
         length = view[2]
         if s > 1:
-            first, last = ax.slice(t, view, 0, 1, 1, f"first{axis}"), ax.slice(t, view, length - 1, length, 1,
-                                                                                    f"last{axis}")
-            body_lo, body_hi = ax.slice(t, view, 0, length - 1, 1, f"lo{axis}"), ax.slice(t, view, 1, length, 1,
-                                                                                           f"hi{axis}")
-            before = ax.emit("ttnn.concat", [first, body_lo], f"before{axis}", view, dim=2)  # x[i - 1]
-            after = ax.emit("ttnn.concat", [body_hi, last], f"after{axis}", view, dim=2)  # x[i + 1]
+            if length == 1:  # its own neighbour on both sides (an image-pooling branch's 1x1 map)
+                before = after = t
+            else:
+                first, last = ax.slice(t, view, 0, 1, 1, f"first{axis}"), ax.slice(t, view, length - 1, length, 1,
+                                                                                        f"last{axis}")
+                body_lo, body_hi = (ax.slice(t, view, 0, length - 1, 1, f"lo{axis}"),
+                                    ax.slice(t, view, 1, length, 1, f"hi{axis}"))
+                before = ax.emit("ttnn.concat", [first, body_lo], f"before{axis}", view, dim=2)  # x[i - 1]
+                after = ax.emit("ttnn.concat", [body_hi, last], f"after{axis}", view, dim=2)  # x[i + 1]
             here = em.tiled(t, source)
             phases = []
             for r in range(s):

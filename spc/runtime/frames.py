@@ -29,7 +29,7 @@ from spc.runtime.inputs import (
     MAX_IMAGE_PIXELS,
     check_file,
     check_values,
-    fill,
+    fill_channels,
     image_size,
     load_input,
     picture_axes,
@@ -271,7 +271,7 @@ def image_frame(picture: np.ndarray, shape: list[int], mode: str, where: Path | 
     elif picture.ndim == 2 and image.colour == "rgb":
         picture = np.repeat(picture[..., None], 3, axis=2)
     g = Geometry.of((picture.shape[1], picture.shape[0]), (w, h), mode)
-    return fill(image, g.prepare(picture), c), g
+    return fill_channels(image, g.prepare(picture), c), g
 
 
 def prefetched(items: Iterator[T], depth: int = PREFETCH) -> Generator[T, None, None]:

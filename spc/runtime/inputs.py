@@ -1,9 +1,11 @@
 """Turn user files into the plan's input tensor.
 
 Images (JPEG, PNG, ... in any mode: grey, RGB, RGBA, palette, CMYK, 16-bit; the first frame of
-an animation) become grey in [0, 1], resized to the plan's H x W and repeated over its channels,
-as SuperPoint's image processor prepares them. A ``.npy`` array must already have the input's
-exact shape and a numeric dtype, and is used as is.
+an animation) are read as the plan's image input takes them (plan/program.py ImageInput: NCHW
+or NHWC; grey in [0, 1] repeated over the channels, as SuperPoint's image processor prepares
+them, or red, green and blue for a model whose first convolutions read colour), resized to the
+plan's H x W. A ``.npy`` array must already have the input's exact shape and a numeric dtype,
+and is used as is.
 
 Every file is hostile until checked: an image's size is read from its header before anything is
 decoded (at most :data:`MAX_IMAGE_PIXELS`), a ``.npy``'s shape and dtype from its header before
@@ -37,7 +39,8 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".g
 
 # The largest image spc decodes: 64 megapixels (8192 x 8192). Decoded as RGBA that is 256 MB, and
 # the grey float32 copy another 256 MB, so a hostile or mistaken file cannot take more than about
-# 1 GB; SuperPoint runs at VGA-like sizes, so a bigger photo should be downscaled first anyway.
+# 1 GB (a colour model's float32 copy is three times that: about 2.1 GB measured at the cap);
+# SuperPoint runs at VGA-like sizes, so a bigger photo should be downscaled first anyway.
 # PIL's own guard (Image.MAX_IMAGE_PIXELS) is set to the same value, its warning made an error.
 MAX_IMAGE_PIXELS = 64 * 1024 * 1024
 
@@ -197,7 +200,7 @@ def _open_image(path: Path, allow_nonfinite: bool | None, colour: str = "grey"):
                     return w, h
                 im.seek(0)  # an animation's first frame
                 im.load()
-                return _grey(path, im, allow_nonfinite, colour)
+                return _decoded(path, im, allow_nonfinite, colour)
     except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
         raise SpcError(too_big.format(size=str(exc).split(" exceeds")[0].removeprefix("Image size ").strip("()")
                                       or "too many pixels")) from None
@@ -209,7 +212,7 @@ def _open_image(path: Path, allow_nonfinite: bool | None, colour: str = "grey"):
         raise SpcError(f"{path}: not enough memory to decode this image; downscale it first") from None
 
 
-def _grey(path: Path, im, allow_nonfinite: bool, colour: str = "grey") -> np.ndarray:
+def _decoded(path: Path, im, allow_nonfinite: bool, colour: str = "grey") -> np.ndarray:
     """``im`` decoded: grey (H, W), or (H, W, 3) for ``colour == "rgb"`` (a grey image's three
     channels equal), in [0, 1]."""
     if im.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
@@ -365,7 +368,7 @@ def load_input(path: Path, shape: list[int], image: ImageInput, allow_nonfinite:
     if suffix == ".npz":
         raise SpcError(f"{path}: an .npz holds several arrays; give the input as a .npy of shape {shape}")
     c, h, w = picture_axes(shape, image, path)
-    return fill(image, resize(read_picture(path, image.colour, allow_nonfinite), h, w), c)
+    return fill_channels(image, resize(read_picture(path, image.colour, allow_nonfinite), h, w), c)
 
 
 def picture_axes(shape: list[int], image: ImageInput, path: Path | str) -> tuple[int, int, int]:
@@ -373,18 +376,22 @@ def picture_axes(shape: list[int], image: ImageInput, path: Path | str) -> tuple
     saying why none does (``path`` names the picture)."""
     chw = image.axes(shape)
     if chw is None:
+        hint = ""
         if image.layout == "none":
             why = "the model does not say which of its axes are the rows, the columns and the channels"
         elif len(shape) != 4 or shape[0] != 1:
             why = "not one image's (1, C, H, W) or (1, H, W, C)"
+        elif image.colour == "rgb":
+            why = f"a colour picture has 3 channels, and read as {image.layout} it has another number"
         else:
             why = f"read as {image.layout} it has more channels than a picture ({MAX_IMAGE_CHANNELS} at most)"
+            hint = " (a plan made before plans said their image layout reads as NCHW: recompile it)"
         raise SpcError(f"{path}: the plan's input is {list(shape)}, which no picture fills ({why}); give a .npy of "
-                       "that shape, or recompile a plan made before plans said their image layout")
+                       f"that shape{hint}")
     return chw
 
 
-def fill(image: ImageInput, picture: np.ndarray, channels: int) -> np.ndarray:
+def fill_channels(image: ImageInput, picture: np.ndarray, channels: int) -> np.ndarray:
     """A frame-sized grey (H, W) or colour (H, W, 3) picture as the plan's input of ``channels``
     channels: colour as it is, grey repeated over them."""
     if picture.ndim == 2 and channels > 1:

@@ -230,7 +230,7 @@ class Comparison:
         """(input index, report), one input at a time in ``order`` (default: all, in turn), so that
         a caller may stop early; ``device`` wraps the backend's prepared program (tuning/reuse.py)."""
         shape = [int(d) for d in plan.program.inputs[0].shape]
-        h, w = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, 1)
+        h, w = plan.program.image.frame_size(shape)
         with Runner(plan, backend) as runner:
             if device is not None:
                 runner.device = device(runner.device)
