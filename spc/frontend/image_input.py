@@ -127,26 +127,29 @@ def _channels_read(x: Value, dims: list[int], axis: int, prefix: list[Node],
         return None
     if any(v is x for v in entries):
         return set(range(dims[axis]))
-    base = _picture(dims, 0.0)
+    base = _picture(dims)
     try:
-        ref = _entry_values(x, base, prefix, entries)
+        ref = [a.copy() for a in _entry_values(x, base, prefix, entries)]  # views of ``base``, changed below
         read = set()
         for c in range(dims[axis]):
-            moved = base.copy()
-            index = [slice(None)] * 4
-            index[axis] = c
-            moved[tuple(index)] = _picture(dims, 0.5)[tuple(index)]
-            if any(not np.array_equal(a, b) for a, b in zip(ref, _entry_values(x, moved, prefix, entries))):
-                read.add(c)
+            index = tuple(c if i == axis else slice(None) for i in range(4))
+            kept = base[index].copy()
+            base[index] = 1 - kept  # the channel's values reversed, the others as they were
+            try:
+                if any(not np.array_equal(a, b) for a, b in zip(ref, _entry_values(x, base, prefix, entries))):
+                    read.add(c)
+            finally:
+                base[index] = kept
     except (MissingValue, NodeFailed):  # what lies before the convolutions needs more than the image
         return None
     return read
 
 
-def _picture(dims: list[int], shift: float) -> np.ndarray:
-    """Distinct values in [0, 1) without structure (the golden ratio's multiples), ``shift`` apart."""
-    return ((np.arange(int(np.prod(dims)), dtype=np.float64) * 0.6180339887 + shift) % 1.0).astype(
-        np.float32).reshape(dims)
+def _picture(dims: list[int]) -> np.ndarray:
+    """Distinct values in [0, 1), where no clamp or rectifier hides a change: each element's index
+    over their count."""
+    n = int(np.prod(dims))
+    return (np.arange(n, dtype=np.float32) * np.float32(1 / n)).reshape(dims)
 
 
 def _entry_values(x: Value, picture: np.ndarray, prefix: list[Node], entries: list[Value]) -> list[np.ndarray]:
