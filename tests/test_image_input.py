@@ -254,3 +254,10 @@ def test_a_batch_export_reads_each_picture(tmp_path: Path) -> None:
     pictures = [_picture(tmp_path / f"{k}.png", colour=True) for k in range(2)]
     code, _, err = spc("run", plan, *pictures, "-o", tmp_path / "out")
     assert code == 0, err
+
+
+def test_an_empty_input_is_no_picture(tmp_path: Path) -> None:
+    """A hostile model's input of zero images (fuzz seed 50095 divided by its size): no picture,
+    no error here; the compile's own checks answer for the model."""
+    found, note = _read(tmp_path, _graph([helper.make_node("Relu", ["x"], ["y"])], [0, 3, 8, 8]))
+    assert found.layout == "none" and note is None

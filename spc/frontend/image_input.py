@@ -46,6 +46,8 @@ def image_input(g: Graph) -> tuple[ImageInput, str | None]:
     if t.rank != 4 or not t.is_static or not t.dtype.is_float:
         return NOT_A_PICTURE, None
     dims = [int(d) for d in t.static_shape]  # a batch export's N images are each read so
+    if min(dims) < 1:  # an empty input: no picture fills it
+        return NOT_A_PICTURE, None
     prefix, entries = _first_windows(g, x)
     layout = _layout(dims, entries)
     if not entries:  # no convolution or pool to ask: what the model returns tells which channels it reads
