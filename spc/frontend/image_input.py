@@ -51,8 +51,8 @@ def image_input(g: Graph) -> tuple[ImageInput, str | None]:
     prefix, entries = _first_windows(g, x)
     layout = _layout(dims, entries)
     if not entries:  # no convolution or pool to ask: what the model returns tells which channels it reads
-        prefix, entries = _towards(g.nodes, [v for v in g.outputs if not v.is_const], x), \
-            [v for v in g.outputs if not v.is_const]
+        entries = [v for v in g.outputs if not v.is_const]
+        prefix = _towards(g.nodes, entries, x)
     if layout is None:
         return NOT_A_PICTURE, (f"image input {x.name} {dims}: its first convolutions do not say which axis holds "
                                "the channels; it takes arrays (.npy), not pictures")

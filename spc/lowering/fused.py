@@ -52,6 +52,12 @@ def _pair(values) -> tuple[int, int]:
     return int(values[0]), int(values[1])
 
 
+def pool_window(n: Node) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """An ONNX 2-D pool's kernel, strides and (symmetric: pool2d_check) pads, by rows and columns."""
+    pads = n.attrs.get("pads", [0, 0, 0, 0])
+    return _pair(n.attrs["kernel_shape"]), _pair(n.attrs.get("strides", [1, 1])), (int(pads[0]), int(pads[1]))
+
+
 def _pool_check(n: Node) -> str | None:
     if len(n.outputs) > 1:
         return "ttnn.max_pool2d does not return ONNX's Indices output"
@@ -118,9 +124,7 @@ def _max_pool(em: Emitter, n: Node, ins: list[str]) -> str:
             and not n.attrs.get("ceil_mode", 0)):
         # ttnn's pools take bf16 only, and an NMS compares the map with its pool: a pool of the rounded
         # map is not the map's maximum (DISK: no keypoint left). float32 keeps float32, exactly
-        return shifted.window_max(em, ins[0], src, _pair(n.attrs["kernel_shape"]),
-                                  _pair(n.attrs.get("strides", [1, 1])), (pads[0], pads[1]), _layout(n.output),
-                                  n.output.name, n.name)
+        return shifted.window_max(em, ins[0], src, *pool_window(n), _layout(n.output), n.output.name, n.name)
     # read by anything but convs and pools (an NMS spelled op by op): interleaved, as spc.Nms keeps
     # its pools, since ttnn's element-wise calls reject the default height shards (not tile-sized)
     windowed = {"spc.Conv2d", "onnx.MaxPool"}

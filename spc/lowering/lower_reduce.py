@@ -11,7 +11,7 @@ from __future__ import annotations
 from spc.ir.graph import Node
 from spc.ir.ops.infer import axes_from, norm_axis
 from spc.lowering.emitter import Emitter
-from spc.lowering.fused import pool2d_check
+from spc.lowering.fused import pool2d_check, pool_window
 from spc.lowering.operands import Ins, alias, elementwise_check, plain_of, shape_of
 from spc.lowering.registry import lowers
 from spc.lowering.shifted import window_mean
@@ -171,9 +171,7 @@ def _avg_pool(em: Emitter, n: Node, ins: Ins) -> str:
     if (em.dtypes.get(t) is DataFormat.FLOAT32 and not n.attrs.get("ceil_mode", 0)
             and (not any(pads) or n.attrs.get("count_include_pad", 0))):
         # ttnn.avg_pool2d takes bf16 only: a map stored in float32 keeps float32 (lowering/shifted.py)
-        k, s = n.attrs["kernel_shape"], n.attrs.get("strides", [1, 1])
-        return window_mean(em, t, src, (int(k[0]), int(k[1])), (int(s[0]), int(s[1])), (pads[0], pads[1]),
-                           DeviceLayout.of(shape_of(n.output)), n.output.name, n.name)
+        return window_mean(em, t, src, *pool_window(n), DeviceLayout.of(shape_of(n.output)), n.output.name, n.name)
     t = em.row_major(em.stored_as(t, DataFormat.BFLOAT16, n.name), n.name)  # bf16 only
     return em.emit("ttnn.avg_pool2d", [t], n.output.name, DeviceLayout.of(shape_of(n.output)), n.name,
                    batch_size=src.n, input_h=src.h, input_w=src.w, channels=src.c,

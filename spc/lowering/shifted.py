@@ -27,6 +27,11 @@ def _view(view: list[int], axis_len: int) -> list[int]:
     return [view[0], view[1], axis_len, view[3]]
 
 
+def _axis_view(src: DeviceLayout, h: int, w: int, axis: int) -> list[int]:
+    """The row-major 4-D view of an N x h x w x C map that puts ``axis`` (1: columns, 0: rows) third."""
+    return [1, src.n * h, w, src.c] if axis == 1 else [1, src.n, h, w * src.c]
+
+
 class _Axis:
     """One spatial axis of a map being rewritten: its current 4-D row-major tensor and view."""
 
@@ -55,7 +60,7 @@ def _windows(em: Emitter, x: str, src: DeviceLayout, kernel: tuple[int, int], st
     t = em.row_major(em.interleaved(x, source), source)
     h, w = src.h, src.w
     for axis in (1, 0):  # the columns, then the rows
-        view = [1, src.n * h, w, src.c] if axis == 1 else [1, src.n, h, w * src.c]
+        view = _axis_view(src, h, w, axis)
         t = ax.emit("ttnn.reshape", [t], f"view{axis}", view, shape=view)
         p, k, s, n_out = pads[axis], kernel[axis], stride[axis], (out.h, out.w)[axis]
         if p:
@@ -110,7 +115,7 @@ def upsample_linear(em: Emitter, x: str, src: DeviceLayout, scales: tuple[int, i
     h, w = src.h, src.w
     for axis in (1, 0):
         s = scales[axis]
-        view = [1, src.n * h, w, src.c] if axis == 1 else [1, src.n, h, w * src.c]
+        view = _axis_view(src, h, w, axis)
         t = ax.emit("ttnn.reshape", [t], f"view{axis}", view, shape=view)
         length = view[2]
         if s > 1:
@@ -127,10 +132,10 @@ def upsample_linear(em: Emitter, x: str, src: DeviceLayout, scales: tuple[int, i
             phases = []
             for r in range(s):
                 f = (r + 0.5) / s - 0.5
-                near = em.tiled(before if f < 0 else after, source)
-                if f == 0:
+                if f == 0:  # the sample itself (an odd scale's middle phase)
                     phases.append(here)
                     continue
+                near = em.tiled(before if f < 0 else after, source)
                 a = ax.emit("ttnn.multiply", [here], f"own{axis}_{r}", view, scalar=1.0 - abs(f))
                 b = ax.emit("ttnn.multiply", [near], f"near{axis}_{r}", view, scalar=abs(f))
                 phases.append(ax.emit("ttnn.add", [a, b], f"phase{axis}_{r}", view))
