@@ -73,3 +73,19 @@ def test_the_device_reference_keeps_what_it_is_asked_for_and_what_is_wanted() ->
     assert set(whole) == {"x", "r", "n", "s"} and set(kept) == {"x", "r", "s"}
     np.testing.assert_array_equal(kept["s"], whole["s"])
     np.testing.assert_array_equal(kept["s"], [-1.0, 0.0])
+
+
+def test_descriptors_sampled_from_a_channels_last_view_are_the_same_bits() -> None:
+    """keypoints.sample_descriptors gathers a pixel's channels along the map's contiguous axis: a
+    device read-back's channels-last map, seen as NCHW without a copy, gives the same bits as the
+    NCHW copy (pixels at the borders included)."""
+    from spc.ir.ops.keypoints import sample_descriptors
+
+    rng = np.random.default_rng(5)
+    nhwc = rng.standard_normal((6, 7, 32)).astype(np.float32)
+    view = nhwc.transpose(2, 0, 1)
+    xy = np.array([[0, 0], [55, 47], [13, 21], [3, 40], [50, 2]], np.float32)
+    assert not view.flags.c_contiguous
+    got = sample_descriptors(xy, view, 8)
+    assert np.array_equal(got, sample_descriptors(xy, np.ascontiguousarray(view), 8))
+    assert got.shape == (5, 32) and np.allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)

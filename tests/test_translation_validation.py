@@ -177,6 +177,29 @@ def test_the_conv_layout_holds_only_maps_it_reads_as_maps() -> None:
     assert DeviceLayout.of((1, 32, 48, 1)) == DeviceLayout(1, 48, 1, 32)
 
 
+@pytest.mark.parametrize(("shape", "form"), [((2, 3, 4, 5), "nhwc"), ((2, 4, 5), "nhwc"), ((3, 4), "plain"),
+                                              ((2, 3, 4, 5), "plain")])
+def test_a_device_value_is_compared_in_the_devices_order(shape: tuple[int, ...], form: str) -> None:
+    """The comparison reads the device's result and the source's value as views in the device's
+    element order (DeviceTensor.paired): equal where the IR values are, and an element swapped in
+    the IR's order shows at one index."""
+    from spc.plan.program import DeviceTensor
+    from spc.ttnn.layout import Form, layout_of
+
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    lay = layout_of(Form(form), shape)
+    t = DeviceTensor("v", list(shape), lay.device_shape, form)
+    y = lay.to_device(x)
+    got, want = t.paired(y, x)
+    assert got.shape == want.shape and np.array_equal(got, want)
+    assert np.shares_memory(got, y) and np.shares_memory(want, x)  # views: no copy
+    swapped = x.copy().reshape(-1)
+    swapped[[1, 2]] = swapped[[2, 1]]
+    got, want = t.paired(y, swapped.reshape(shape))
+    assert int(np.count_nonzero(got != want)) == 2
+    assert translation._difference(got, want, selecting=False) is not None
+
+
 def test_semantics_agree_with_the_interpreter_on_windows() -> None:
     """The convolution's and pools' meanings (ttnn/calls/window.py) against the IR's own ONNX meanings."""
     from spc.ir import ops

@@ -338,9 +338,10 @@ class Pending(Struct):
                 continue
             if t.name in host:  # a device input: the host stage's, checked with the host stage
                 continue
-            got = t.to_host(dev[t.name])
-            why = _difference(got, _per_image([np.asarray(e[ir_name]) for e in srcs], got.shape),
-                              ir_name in selected, ir_name in rounded)
+            shape = tuple(int(d) for d in t.shape)
+            want = _per_image([np.asarray(e[ir_name]) for e in srcs], shape)
+            got, want = t.paired(dev[t.name], want) if want.shape == shape else (t.to_host(dev[t.name]), want)
+            why = _difference(got, want, ir_name in selected, ir_name in rounded)
             if why is not None:
                 verdict.departure = _departure(ir_name, g, why)
                 break
@@ -473,8 +474,8 @@ def _departure(name: str, g: Graph, why: str) -> Departure:
 def _host_results(tensors: list[DeviceTensor], nodes: list, dev: dict[str, np.ndarray], host: dict[str, np.ndarray],
                   consts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     env = dict(host)
-    for t in tensors:
-        env[t.name] = t.to_host(dev[t.name])
+    for t in tensors:  # views: the host stage reads a channels-last map as it is (keypoints.sample_descriptors)
+        env[t.name] = t.to_host(dev[t.name], copy=False)
     run_host(nodes, env, consts)
     return env
 

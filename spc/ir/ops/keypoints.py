@@ -91,14 +91,21 @@ def sample_descriptors(xy: np.ndarray, desc: np.ndarray, cell: int) -> np.ndarra
     x0, y0 = np.floor(ix).astype(np.int64), np.floor(iy).astype(np.int64)
     out = np.zeros((len(xy), c), np.float32)
     plane = desc.reshape(c, hc * wc)
+    pixels = plane.T
+    if pixels.flags.c_contiguous:  # a channels-last map (a device read-back's view): a row per pixel
+        def at(flat: np.ndarray) -> np.ndarray:
+            return np.take(pixels, flat, axis=0)
+    else:  # np.take copies a strided array whole first: gather along the contiguous axis
+        def at(flat: np.ndarray) -> np.ndarray:
+            return np.take(plane, flat, axis=1).T
     for dx, dy in ((0, 0), (1, 0), (0, 1), (1, 1)):
         xs, ys = x0 + dx, y0 + dy
         weight = (1 - np.abs(ix - xs)) * (1 - np.abs(iy - ys))
         inside = (xs >= 0) & (xs < wc) & (ys >= 0) & (ys < hc)
         if inside.all():  # the usual case: no masked copies (the same sums)
-            out += weight[:, None] * np.take(plane, ys * wc + xs, axis=1).T
+            out += weight[:, None] * at(ys * wc + xs)
         else:
-            out[inside] += weight[inside, None] * np.take(plane, ys[inside] * wc + xs[inside], axis=1).T
+            out[inside] += weight[inside, None] * at(ys[inside] * wc + xs[inside])
     return l2_normalize(out, 1, 1e-12)
 
 

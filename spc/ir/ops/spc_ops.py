@@ -140,10 +140,15 @@ def _fake_quant(ins: A, attrs: D) -> list[np.ndarray]:
     return [fake_quantize(np.asarray(ins[0]), float(a["scale"]), float(a["lo"]), float(a["hi"]), float(a["unit"]))]
 
 
-def as_ir_value(y: np.ndarray, form: str, shape: list[int], dtype: str) -> np.ndarray:
+def as_ir_value(y: np.ndarray, form: str, shape: list[int], dtype: str, copy: bool = True) -> np.ndarray:
     """A tensor the device handed back (``y``, in its device shape and ``form``) as the IR value of
-    ``shape`` and element type ``dtype`` it holds: 0/1 as booleans, bfloat16 as float32."""
-    x = layout_of(Form(form), shape).from_device(y, shape)
+    ``shape`` and element type ``dtype`` it holds: 0/1 as booleans, bfloat16 as float32; without
+    ``copy`` possibly a strided view of ``y``."""
+    return ir_typed(layout_of(Form(form), shape).from_device(y, shape, copy), dtype)
+
+
+def ir_typed(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Device values as the IR element type ``dtype``: 0/1 as booleans, bfloat16 as float32."""
     t = DType(dtype)
     if t is DType.BOOL:
         return x != 0
