@@ -89,7 +89,13 @@ def import_model(model, path: Path, name: str = "superpoint", input_shape: list[
     opset = _default_opset(model, path)
     # the child inferring shapes works while the checks run here (a fixed input shape changes the
     # model first); a refusal ends it
-    started = shape_inference.Inference.start(model) if isolate and input_shape is None else None
+    # onnx's checker runs in that child, before its inference (it reads onnx's schema registry,
+    # which the child builds for the inference and this process need not: ~10 ms), and is
+    # reported only when the checks here pass
+    def check() -> None:
+        validate.onnx_check_nodes(model, path)
+
+    started = shape_inference.Inference.start(model, check) if isolate and input_shape is None else None
     try:
         validate.check_strings(model, path)
         _check_supported(model, opset, path)
@@ -98,12 +104,13 @@ def import_model(model, path: Path, name: str = "superpoint", input_shape: list[
             fix_input_shape(model, input_shape, path)
             for vi in model.graph.input:  # the fixed sizes may multiply past the caps
                 validate.check_value_type(vi, "input", path)
-        validate.onnx_check_nodes(model, path)
+        if started is None:
+            check()
     except BaseException:
         if started is not None:
             started.cancel()
         raise
-    inferred = shape_inference.infer_shapes(model, path, isolate, started)
+    inferred = shape_inference.infer_shapes(model, path, isolate, started, check if started is not None else None)
     return _Importer(inferred, name, path, opset).run()
 
 

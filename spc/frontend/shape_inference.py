@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -118,11 +119,15 @@ class Inference:
         self.child: _ForkedChild | None = child
 
     @staticmethod
-    def start(model: Any) -> Inference | None:
+    def start(model: Any, check: Callable[[], None] | None = None) -> Inference | None:
+        """``check``: run in the child before the inference (onnx's checker: the child builds
+        onnx's schema registry for the inference anyway); what it refuses is :func:`infer_shapes`'
+        SpcError."""
         if not can_fork():
             return None
         try:
-            return Inference(_fork_inference(onnx_proto.cpp(), lambda: _shape_view(model, restore=False), True))
+            return Inference(_fork_inference(onnx_proto.cpp(), lambda: _shape_view(model, restore=False), True,
+                                             check))
         except OSError:  # no child now: infer_shapes tries again, then runs it here
             return None
 
@@ -137,13 +142,15 @@ class Inference:
             _kill(child)
 
 
-def infer_shapes(model: Any, path: Path, isolate: bool, started: Inference | None = None) -> Any:
+def infer_shapes(model: Any, path: Path, isolate: bool, started: Inference | None = None,
+                 check: Callable[[], None] | None = None) -> Any:
     """onnx's shape inference with data propagation (so shape chains resolve), its results written
     into ``model`` (value_info, the outputs' types), which is returned. ``isolate``: in a child
     process, for a model from a file: what our checks missed cannot take the compiler down
     (``started``: that child, already running). When data propagation exhausts the child's time or
     memory (it materialises 1-D values, ~200 bytes per element), inference runs again without it;
-    spc's own inference fills in."""
+    spc's own inference fills in. ``check``: what ``started`` ran before its inference, run again
+    before inference without data propagation."""
     out, data_prop = None, True
     if isolate:
         try:
@@ -153,7 +160,7 @@ def infer_shapes(model: Any, path: Path, isolate: bool, started: Inference | Non
                 raise SpcError(_crash_message(_view_bytes(model, path), path, crash)) from None
             data_prop = False
             try:
-                out = _infer_in_child(model, path, data_prop)
+                out = _infer_in_child(model, path, data_prop, check)
             except _Crash as again:
                 raise SpcError(_crash_message(_view_bytes(model, path), path, again)) from None
     if out is None:  # not isolated, or the child could not start or load onnx here: in this process
@@ -171,18 +178,21 @@ def infer_shapes(model: Any, path: Path, isolate: bool, started: Inference | Non
     return model
 
 
-def _infer_in_child(model: Any, path: Path, data_prop: bool) -> bytes | None:
+def _infer_in_child(model: Any, path: Path, data_prop: bool, check: Callable[[], None] | None = None) -> bytes | None:
     """The inferred model's bytes (``model``: a ModelProto, or its bytes as inference takes them);
-    None when no child can run here; _Crash when it died."""
+    None when no child can run here; _Crash when it died. ``check`` runs first (in the child
+    where one is forked)."""
     onnx_cpp2py_export = onnx_proto.cpp()
     if can_fork():
         view = (lambda: model) if isinstance(model, bytes) else (lambda: _shape_view(model, restore=False))
         try:
-            child = _fork_inference(onnx_cpp2py_export, view, data_prop)
+            child = _fork_inference(onnx_cpp2py_export, view, data_prop, check)
         except OSError:  # no fork now: a new interpreter below, or in this process
             pass
         else:
             return _outcome(_collect(child), path)
+    if check is not None:
+        check()
     data = model if isinstance(model, bytes) else _view_bytes(model, path)
     limit = INFER_MEMORY_BYTES + 4 * len(data)
     cmd = [sys.executable, "-I", "-S", "-c", _CHILD, onnx_cpp2py_export.__file__, str(limit),
@@ -209,6 +219,8 @@ def _outcome(done: tuple[int, bytes, bytes], path: Path) -> bytes | None:
         raise _Crash(f"needed more than {byte_size(INFER_MEMORY_BYTES)} of memory beyond the model", resources=True)
     if code == 7:
         raise SpcError(_TOO_LARGE.format(path=path))
+    if code == _REFUSED:
+        raise SpcError(err.decode(errors="replace"))
     if code == _TIMED_OUT:
         raise _Crash(f"did not finish within {INFER_TIMEOUT_S:.0f} s", resources=True)
     if code < 0:
@@ -222,6 +234,7 @@ def _outcome(done: tuple[int, bytes, bytes], path: Path) -> bytes | None:
 
 
 _TIMED_OUT = 1000  # not an exit code: the parent killed the child at the deadline
+_REFUSED = 8  # the child's check refused the model: its message on stderr
 
 
 class _ForkedChild:
@@ -239,11 +252,12 @@ class _ForkedChild:
         self.open = []
 
 
-def _fork_inference(cpp: Any, view: Any, data_prop: bool) -> _ForkedChild:
+def _fork_inference(cpp: Any, view: Any, data_prop: bool, check: Callable[[], None] | None = None) -> _ForkedChild:
     """Shape inference in a forked child on the bytes ``view()`` makes there (from the child's own
-    copy of the model). Its address space may grow by INFER_MEMORY_BYTES plus four times the
-    model's bytes beyond the parent's; exit codes as the interpreter child's, and 7 when the model
-    does not serialise. OSError when no child can be forked (its pipes closed)."""
+    copy of the model), after ``check()`` under the same limits. Its address space may grow by
+    INFER_MEMORY_BYTES plus four times the model's bytes beyond the parent's; exit codes as the
+    interpreter child's, 7 when the model does not serialise, 8 when ``check`` refused it (its
+    message on stderr). OSError when no child can be forked (its pipes closed)."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:  # room for an inferred model (SuperPoint's: 0.24 MB) while the parent is busy checking
@@ -280,6 +294,12 @@ def _fork_inference(cpp: Any, view: Any, data_prop: bool) -> _ForkedChild:
             except Exception:
                 pass
             try:
+                if check is not None:
+                    try:
+                        check()
+                    except SpcError as exc:
+                        os.write(err_w, str(exc).encode(errors="replace")[:4096])
+                        os._exit(_REFUSED)
                 result = cpp.shape_inference.infer_shapes(data, False, False, data_prop)
             except MemoryError:
                 code = 6

@@ -38,7 +38,8 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from spc.errors import SpcError
-from spc.frontend import onnx_proto
+from spc.frontend import onnx_proto, onnx_schemas
+from spc.frontend.onnx_schemas import SINGLE, Schema
 from spc.ir.types import onnx_type_name
 from spc.text import byte_size, one_line
 
@@ -485,15 +486,9 @@ def check_tensor(t: Any, what: str, path: Path) -> int:
     return nbytes
 
 
-@functools.lru_cache(maxsize=256)
-def op_schema(op_type: str, opset: int) -> Any | None:
-    """onnx's schema of a default-domain op at ``opset``, None if it has none. Cached: each
-    get_schema call copies the schema (0.5 ms; SuperPoint has 150 nodes, asked about twice)."""
-    defs = onnx_proto.cpp().defs
-    try:
-        return defs.get_schema(op_type, opset, "")
-    except defs.SchemaError:
-        return None
+def op_schema(op_type: str, opset: int) -> Schema | None:
+    """onnx's schema of a default-domain op at ``opset``, None if it has none (frontend/onnx_schemas.py)."""
+    return onnx_schemas.schema(op_type, opset)
 
 
 def _check_node(node: Any, label: str, path: Path, opset: int) -> int:
@@ -511,9 +506,8 @@ def _check_node(node: Any, label: str, path: Path, opset: int) -> int:
     if not schema.min_output <= len(node.output) <= schema.max_output:
         raise SpcError(f"{path}: {label} has {len(node.output)} output(s); ONNX's {node.op_type}-"
                        f"{schema.since_version} gives {schema.min_output}..{schema.max_output}: re-export the model")
-    single = onnx_proto.cpp().defs.OpSchema.FormalParameterOption.Single
     for k, formal in enumerate(schema.inputs[:n_in]):
-        if formal.option == single and not node.input[k]:
+        if formal.option == SINGLE and not node.input[k]:
             raise SpcError(f"{path}: {label}: its required input {k} ({formal.name}) is empty; re-export the model")
     nbytes = 0
     seen: set[str] = set()

@@ -266,10 +266,15 @@ def start(source: Source, g: Graph, program: Program, tensors: Mapping[str, np.n
     values = compared_values(program, g)
     keep = set(values) | set(source.outputs)  # what is compared: all the child hands back
 
+    # drawn before the fork, read by both runs and written by neither (read-only: a run that wrote
+    # into one would fail, not pass a changed map to the other side)
+    drawn = [maps(i, cut) for i in range(batch)]
+    for x in (x for d in drawn for x in d.values()):
+        x.flags.writeable = False
+
     def source_side() -> list[dict[str, np.ndarray]]:
-        per_image = [{name: np.ascontiguousarray(x) for name, x in maps(i, cut).items()} for i in range(batch)]
         try:
-            srcs = [source.run(x, v, also, keep) for x, v in zip(feeds, per_image)]
+            srcs = [source.run(x, v, also, keep) for x, v in zip(feeds, drawn)]
         except (MissingValue, NodeFailed) as exc:
             raise SpcError(f"validation: the source graph does not run on a seeded image ({exc})") from None
         return [{k: v for k, v in e.items() if k in keep} for e in srcs]
@@ -282,7 +287,6 @@ def start(source: Source, g: Graph, program: Program, tensors: Mapping[str, np.n
         except SpcError as exc:
             raise SpcError(f"validation: the plan's host stage fails on a seeded image ({exc})") from None
         dev_in = {t.name: t.layout.to_device(host[t.name]).astype(np.float32) for t in program.device_inputs}
-        drawn = [maps(i, [k for k in cut if k in used]) for i in range(batch)]
         given = {k: DeviceLayout.of(_times(convs[k][1], batch)).to_device(
             np.concatenate([v[convs[k][0]] for v in drawn]) if batch > 1 else drawn[0][convs[k][0]]) for k in used}
         dev = run_device(program, tensors, dev_in, wanted, given, calls, {t.name for t in values.values()})
@@ -319,7 +323,8 @@ class Pending(Struct):
         t0 = time.perf_counter()
         child, self.child = self.child, None
         try:
-            # here while the child runs the source: its run is the longer of the two sides
+            # here while the child runs the source (in the child they ran slower than the time they
+            # took here: its copy-on-write faults on the program's pages)
             windows = _windows(self.g, self.program, self.tensors, self.source)
             srcs = child.result(CHILD_TIMEOUT_S) if child is not None else None
         except ChildFailed:  # the child died (out of memory, killed) or hangs: its work here

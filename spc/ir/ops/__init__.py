@@ -91,6 +91,12 @@ def onnx_op(op_type: str) -> OpDef | None:
     return REGISTRY.get(f"onnx.{op_type}")
 
 
+def onnx_op_types() -> list[str]:
+    """The ONNX op types spc imports."""
+    _load_all()
+    return sorted(k.removeprefix("onnx.") for k in REGISTRY if k.startswith("onnx."))
+
+
 def onnx_modules() -> tuple[ModuleType, ...]:
     """The modules that define the ONNX ops, imported. Each lists the conformance cases it refuses
     on purpose in ``CONFORMANCE_EXCEPTIONS`` (case name -> why; frontend/conformance.py)."""
