@@ -8,8 +8,9 @@ import errno
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from spc.errors import SpcError
 
@@ -38,11 +39,12 @@ def os_errors(path: Path | str, doing: str = "cannot write") -> Iterator[None]:
         raise os_error(exc.filename or path, exc, doing) from None
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temporary file in the same folder and rename, so that no half-written file
-    is ever seen, with the permissions an ordinary file would get. Any filesystem error (no
-    permission, read-only, disk full, a parent that is a file, a folder at ``path``) is one
-    SpcError naming ``path``, and leaves no temporary file behind."""
+def atomic_write(path: Path, data: bytes | Callable[[BinaryIO], None]) -> None:
+    """Write ``data`` (or what ``data(file)`` writes: a file built in place, not in memory first)
+    via a temporary file in the same folder and rename, so that no half-written file is ever
+    seen, with the permissions an ordinary file would get. Any filesystem error (no permission,
+    read-only, disk full, a parent that is a file, a folder at ``path``) is one SpcError naming
+    ``path``, and leaves no temporary file behind."""
     tmp: str | None = None
     try:
         if path.is_dir():
@@ -52,7 +54,10 @@ def atomic_write(path: Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name[:200], suffix=".part")
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            if callable(data):
+                data(f)
+            else:
+                f.write(data)
             f.flush()
             os.fsync(f.fileno())  # a full disk can also show at the flush; never rename a short file
         umask = os.umask(0)

@@ -17,13 +17,12 @@ else is refused with one line that says what is wrong.
 from __future__ import annotations
 
 import hashlib
-import io
 import itertools
 import json
 import math
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from msgspec import Struct
@@ -133,15 +132,17 @@ def write_members(path: Path, members: dict[str, bytes], manifest: dict[str, Any
     full = dict(manifest, format=FORMAT, format_version=FORMAT_VERSION, spc_version=__version__,
                 members={k: sha256(v) for k, v in members.items()})
     full["digest"] = manifest_digest(full)
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in [("manifest.json", _json_bytes(full)), *members.items()]:
-            info = zipfile.ZipInfo(name, date_time=_EPOCH)
-            # float weights barely compress; deflating them would cost more time than bytes
-            info.compress_type = zipfile.ZIP_STORED if name.endswith(".safetensors") else zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, data)
-    atomic_write(path, buf.getvalue())
+
+    def write(f: BinaryIO) -> None:  # into the file: the weights are not copied into memory once more
+        with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as zf:
+            for name, data in [("manifest.json", _json_bytes(full)), *members.items()]:
+                info = zipfile.ZipInfo(name, date_time=_EPOCH)
+                # float weights barely compress; deflating them would cost more time than bytes
+                info.compress_type = zipfile.ZIP_STORED if name.endswith(".safetensors") else zipfile.ZIP_DEFLATED
+                info.external_attr = 0o644 << 16
+                zf.writestr(info, data)
+
+    atomic_write(path, write)
 
 
 def _members(path: Path) -> dict[str, bytes]:
