@@ -13,6 +13,7 @@ from msgspec.structs import replace
 
 from spc.errors import SpcError
 from spc.frontend.image_input import image_input
+from spc.frontend.onnx_import import Source as SourceFile
 from spc.frontend.onnx_import import read_source
 from spc.ir.graph import Graph, Placement
 from spc.ir.macs import macs
@@ -37,7 +38,7 @@ from spc.passes.manager import (
     StageResult,
 )
 from spc.passes.pipeline import MEMORY, STAGES, default_pipeline
-from spc.plan.io import plan_members, read_plan, write_members
+from spc.plan.io import PlanWriter, plan_members, read_plan
 from spc.plan.listing import call_counts, format_program
 from spc.plan.program import Program
 from spc.plan.schema import MAX_INPUTS, MAX_METADATA_ENTRIES, MAX_METADATA_KEY, MAX_METADATA_VALUE, validate_program
@@ -267,27 +268,38 @@ def _judge(src: Path, verdict: Verdict, g: Graph, pipeline: list[Pass]) -> Verdi
 
 def _members_and_verdict(src: Path, out: Path, snap: Source | None, g: Graph, program: Program,
                          tensors: dict[str, np.ndarray], pipeline: list[Pass],
-                         records: list[PassRecord]) -> tuple[dict[str, bytes], Verdict | None]:
-    """The plan's members (after the checks every reader applies) and, with ``snap``, the
-    validation's verdict: the members are made here while the validation's child runs the source
-    side (spc/forked.py), after this process ran the device side. A departure is raised first:
-    dropping the fusion that made it may also mend what the checks refused."""
+                         records: list[PassRecord]) -> tuple[PlanWriter, Verdict | None]:
+    """The plan's members (after the checks every reader applies) going into its file and, with
+    ``snap``, the validation's verdict: the members are made and written (plan/io.py PlanWriter's
+    thread) while the validation's child runs the source side (spc/forked.py), after this process
+    ran the device side. A departure is raised first: dropping the fusion that made it may also
+    mend what the checks refused."""
     if snap is None:
-        return plan_members(out, program, tensors, print_graph(g), _check_plan(src, program, tensors)), None
+        members = plan_members(out, program, tensors, print_graph(g), _check_plan(src, program, tensors))
+        return PlanWriter(out, members, background=False), None
     approximated = [v for r in records for v in r.stats.get("approximated", [])]
     pending = start(snap, g, program, tensors, approximated)
     refused: SpcError | None = None
+    writer: PlanWriter | None = None
     try:
         members = plan_members(out, program, tensors, print_graph(g), _check_plan(src, program, tensors))
+        pending.collect()  # the child is done: the writer's thread has the second core while this compares
+        writer = PlanWriter(out, members)  # (after the fork: a thread beside a fork is not safe)
     except SpcError as exc:
-        members, refused = {}, exc
+        refused = exc
     except BaseException:
         pending.cancel()
         raise
-    verdict = _judge(src, pending.verdict(), g, pipeline)
-    if refused is not None:
-        raise refused
-    return members, verdict
+    try:
+        verdict = _judge(src, pending.verdict(), g, pipeline)
+        if refused is not None:
+            raise refused
+    except BaseException:
+        if writer is not None:
+            writer.discard()
+        raise
+    assert writer is not None
+    return writer, verdict
 
 
 DISABLED = "disabled with --disable-pass"
@@ -381,17 +393,38 @@ def compile_once(src: Path, out: Path | None, options: CompileOptions, watch: Wa
         ctx.notes[pass_notes:pass_notes] = planner.notes  # the planner's notes, before the lowering's
         records[:] = planner.records
         return StageResult({"target": chip.name, **planner.stats}, before, call_counts(program),
-                           format_program(program), program, tensors)
+                           lambda: format_program(program), program, tensors)
 
     pm.stage(MEMORY.name, g, choose_memory)
     pm.close(g)
     if stop_after == MEMORY.name or out is None:
         return result
-    members, verdict = _members_and_verdict(src, out, snap, g, program, tensors, pipeline, pm.records)
+    writer, verdict = _members_and_verdict(src, out, snap, g, program, tensors, pipeline, pm.records)
+    try:
+        manifest = _manifest(src, source, options, precision, program, verdict, search_report, batch_search, g,
+                             records, pm, ctx)
+    except BaseException:
+        writer.discard()
+        raise
+    writer.finish(manifest)
+    result.plan, result.macs, result.recognised = out, _macs(g), manifest["recognised"]
+    result.validation_s = verdict.seconds if verdict is not None else None
+    return result
+
+
+def _macs(g: Graph) -> tuple[int, int]:
+    """Multiply-adds on the device and on the host."""
+    device = sum(macs(n) for n in g.nodes if n.placement is Placement.DEVICE)
+    return device, sum(macs(n) for n in g.nodes if n.placement is not Placement.DEVICE)
+
+
+def _manifest(src: Path, source: SourceFile, options: CompileOptions, precision: PrecisionPlan, program: Program,
+              verdict: Verdict | None, search_report: dict | None, batch_search: list[dict] | None, g: Graph,
+              records: list[CallRecord], pm: PassManager, ctx: PassContext) -> dict[str, Any]:
+    """The plan's manifest (plan/io.py completes it with the members' hashes and its digest)."""
     metadata = model_metadata(source.metadata, ctx.notes)
-    device_macs = sum(macs(n) for n in g.nodes if n.placement is Placement.DEVICE)
-    host_macs = sum(macs(n) for n in g.nodes if n.placement is not Placement.DEVICE)
-    manifest = {
+    device_macs, host_macs = _macs(g)
+    return {
         "target": options.target,
         "source": {"file": src.name, "sha256": source.sha256, "path": os.path.abspath(src)},
         "inputs": [asdict(t) for t in program.inputs],
@@ -413,10 +446,6 @@ def compile_once(src: Path, out: Path | None, options: CompileOptions, watch: Wa
                                               if r.name == "partition-host-device"), [])
                          if why.split(" (", 1)[0] in {n.name for n in g.nodes}],
     }
-    write_members(out, members, manifest)
-    result.plan, result.macs, result.recognised = out, (device_macs, host_macs), manifest["recognised"]
-    result.validation_s = verdict.seconds if verdict is not None else None
-    return result
 
 
 def _check_plan(src: Path, program: Program, tensors: dict[str, np.ndarray]) -> dict:

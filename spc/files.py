@@ -39,38 +39,62 @@ def os_errors(path: Path | str, doing: str = "cannot write") -> Iterator[None]:
         raise os_error(exc.filename or path, exc, doing) from None
 
 
+class AtomicFile:
+    """A file written whole or not at all: a temporary file in ``path``'s folder (``file``),
+    renamed over ``path`` by :meth:`commit` after an fsync, with the permissions an ordinary file
+    would get, or removed by :meth:`discard`. Any filesystem error (no permission, read-only,
+    disk full, a parent that is a file, a folder at ``path``) is one SpcError naming ``path``, and
+    leaves no temporary file behind."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            if path.is_dir():
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+            if not _first_existing(path.parent).is_dir():  # mkdir would say "exists"
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path.parent))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, self.tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name[:200], suffix=".part")
+        except OSError as exc:
+            raise os_error(path, exc) from None
+        self.file: BinaryIO = os.fdopen(fd, "wb")
+
+    def commit(self) -> None:
+        try:
+            self.file.flush()
+            os.fsync(self.file.fileno())  # a full disk can also show at the flush; never rename a short file
+            self.file.close()
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(self.tmp, 0o666 & ~umask)  # mkstemp makes 0600
+            os.replace(self.tmp, self.path)
+        except OSError as exc:
+            self.discard()
+            raise os_error(self.path, exc) from None
+
+    def discard(self) -> None:
+        with contextlib.suppress(OSError):
+            self.file.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.tmp)
+
+
 def atomic_write(path: Path, data: bytes | Callable[[BinaryIO], None]) -> None:
     """Write ``data`` (or what ``data(file)`` writes: a file built in place, not in memory first)
-    via a temporary file in the same folder and rename, so that no half-written file is ever
-    seen, with the permissions an ordinary file would get. Any filesystem error (no permission,
-    read-only, disk full, a parent that is a file, a folder at ``path``) is one SpcError naming
-    ``path``, and leaves no temporary file behind."""
-    tmp: str | None = None
+    to ``path`` whole or not at all (:class:`AtomicFile`)."""
+    out = AtomicFile(path)
     try:
-        if path.is_dir():
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-        if not _first_existing(path.parent).is_dir():  # mkdir would say "exists"
-            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path.parent))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name[:200], suffix=".part")
-        with os.fdopen(fd, "wb") as f:
-            if callable(data):
-                data(f)
-            else:
-                f.write(data)
-            f.flush()
-            os.fsync(f.fileno())  # a full disk can also show at the flush; never rename a short file
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600
-        os.replace(tmp, path)
-        tmp = None
+        if callable(data):
+            data(out.file)
+        else:
+            out.file.write(data)
     except OSError as exc:
+        out.discard()
         raise os_error(path, exc) from None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    except BaseException:
+        out.discard()
+        raise
+    out.commit()
 
 
 def file_keys(path: Path) -> set[tuple]:

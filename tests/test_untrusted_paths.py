@@ -206,3 +206,26 @@ def test_atomic_write_refuses_a_folder_and_cleans_up(tmp_path: Path, monkeypatch
         atomic_write(tmp_path / "y", b"x" * 100000)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "f"]
     assert snapshot(tmp_path)["f"][0] == b""
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_a_plan_whose_write_fails_midway_leaves_the_old_plan_and_no_part_file(work: Path, verify: bool,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan's members are written by a thread while the validation compares (plan/io.py
+    PlanWriter): a disk that fills under the weights is still one line, the earlier plan kept."""
+    import spc.plan.io as plan_io
+    from spc.compiler import compile_onnx
+
+    before = (work / "plan.ttplan").read_bytes()
+    add = plan_io._add
+
+    def full(zf, name: str, data: bytes) -> None:
+        if name.endswith(".safetensors"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        add(zf, name, data)
+
+    monkeypatch.setattr(plan_io, "_add", full)
+    with pytest.raises(SpcError, match="plan.ttplan: cannot write: no space left on the device"):
+        compile_onnx(work / "m.onnx", work / "plan.ttplan", verify=verify)
+    assert (work / "plan.ttplan").read_bytes() == before
+    assert not [p for p in work.iterdir() if p.name.endswith(".part")]

@@ -49,9 +49,12 @@ class StageResult(Struct):
     stats: dict[str, Any]
     ops_before: dict[str, int]
     ops_after: dict[str, int]
-    text: str
+    text: str | Callable[[], str]  # or what makes it, when an instrument shows it (a listing: ~5 ms)
     program: Program | None = None
     tensors: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    def shown(self) -> str:
+        return self.text() if callable(self.text) else self.text
 
 
 class Stage(Struct, frozen=True):
@@ -231,7 +234,7 @@ class PrintAfterAll(Instrument):
 
     def after_stage(self, record: PassRecord, g: Graph, result: StageResult) -> None:
         print(f"// ----- after {record.name} -----", file=self.stream)
-        print(result.text, file=self.stream)
+        print(result.shown(), file=self.stream)
 
 
 class DumpDir(Instrument):
@@ -275,7 +278,7 @@ class DumpDir(Instrument):
         path.write_bytes(data)
 
     def after_stage(self, record: PassRecord, g: Graph, result: StageResult) -> None:
-        (self.folder / f"{record.index:02d}-{record.name}.txt").write_text(result.text)
+        (self.folder / f"{record.index:02d}-{record.name}.txt").write_text(result.shown())
         program = result.program
         if program is None:
             return

@@ -16,13 +16,15 @@ else is refused with one line that says what is wrong.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
 import math
+import threading
 import zipfile
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 from msgspec import Struct
@@ -30,7 +32,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load, save
 
 from spc.errors import SpcError
-from spc.files import atomic_write
+from spc.files import AtomicFile, os_error
 from spc.plan.program import Program
 from spc.ttnn.targets import DEFAULT_TARGET, TARGETS
 from spc.version import __version__
@@ -127,22 +129,74 @@ def write_plan(path: Path, program: Program, weights: dict[str, np.ndarray], ir_
 
 
 def write_members(path: Path, members: dict[str, bytes], manifest: dict[str, Any]) -> None:
-    """The plan file: ``manifest`` (completed with the format, the members' hashes and its own
-    digest) and :func:`plan_members`' ``members``, written atomically."""
-    full = dict(manifest, format=FORMAT, format_version=FORMAT_VERSION, spc_version=__version__,
-                members={k: sha256(v) for k, v in members.items()})
-    full["digest"] = manifest_digest(full)
+    """The plan file: :func:`plan_members`' ``members`` and ``manifest`` (completed with the
+    format, the members' hashes and its own digest), written atomically."""
+    PlanWriter(path, members, background=False).finish(manifest)
 
-    def write(f: BinaryIO) -> None:  # into the file: the weights are not copied into memory once more
-        with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as zf:
-            for name, data in [("manifest.json", _json_bytes(full)), *members.items()]:
-                info = zipfile.ZipInfo(name, date_time=_EPOCH)
-                # float weights barely compress; deflating them would cost more time than bytes
-                info.compress_type = zipfile.ZIP_STORED if name.endswith(".safetensors") else zipfile.ZIP_DEFLATED
-                info.external_attr = 0o644 << 16
-                zf.writestr(info, data)
 
-    atomic_write(path, write)
+class PlanWriter:
+    """A plan file under way: ``members`` go into a temporary file beside ``path`` (with
+    ``background``, by a thread while the caller works on: the compile's validation; hashing and
+    writing 5 MB of weights hold no lock the caller needs), the manifest, which names their
+    hashes, and the zip's directory last (:meth:`finish`), then the file is renamed over ``path``;
+    or it is removed (:meth:`discard`). A caller that forks waits for :meth:`finish` or
+    :meth:`discard` first (a fork beside a thread is not safe)."""
+
+    def __init__(self, path: Path, members: dict[str, bytes], background: bool = True) -> None:
+        self.path, self.digests = path, {}
+        self.error: BaseException | None = None
+        self.out = AtomicFile(path)
+        self.zip = zipfile.ZipFile(self.out.file, "w", zipfile.ZIP_DEFLATED)
+        self.thread = threading.Thread(target=self._write, args=(members,)) if background else None
+        if self.thread is not None:
+            self.thread.start()
+        else:
+            self._write(members)
+
+    def _write(self, members: dict[str, bytes]) -> None:
+        try:
+            for name, data in members.items():
+                self.digests[name] = sha256(data)
+                _add(self.zip, name, data)
+        except BaseException as exc:  # raised by finish, in the caller's thread
+            self.error = exc
+
+    def _join(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+
+    def finish(self, manifest: dict[str, Any]) -> None:
+        self._join()
+        try:
+            if self.error is not None:
+                raise self.error
+            full = dict(manifest, format=FORMAT, format_version=FORMAT_VERSION, spc_version=__version__,
+                        members=self.digests)
+            full["digest"] = manifest_digest(full)
+            _add(self.zip, "manifest.json", _json_bytes(full))
+            self.zip.close()
+        except OSError as exc:
+            self.discard()
+            raise os_error(self.path, exc) from None
+        except BaseException:
+            self.discard()
+            raise
+        self.out.commit()
+
+    def discard(self) -> None:
+        self._join()
+        with contextlib.suppress(Exception):  # its directory goes into the file removed next
+            self.zip.close()
+        self.out.discard()
+
+
+def _add(zf: zipfile.ZipFile, name: str, data: bytes) -> None:
+    info = zipfile.ZipInfo(name, date_time=_EPOCH)
+    # float weights barely compress; deflating them would cost more time than bytes
+    info.compress_type = zipfile.ZIP_STORED if name.endswith(".safetensors") else zipfile.ZIP_DEFLATED
+    info.external_attr = 0o644 << 16
+    zf.writestr(info, data)
 
 
 def _members(path: Path) -> dict[str, bytes]:

@@ -313,13 +313,17 @@ class Pending(Struct):
     child: Forked | None
     source_side: Callable[[], list[dict[str, np.ndarray]]]
     seconds: float
+    collected: tuple[list[dict[str, np.ndarray]], Departure | Exception | None] | None = None
 
     def cancel(self) -> None:
         if self.child is not None:
             self.child.cancel()
 
-    def verdict(self) -> Verdict:
-        """The first tensor that departs, in program order, then the outputs, then the windows."""
+    def collect(self) -> None:
+        """The window checks, then the source side's values: the child is done when this returns
+        (its core is free for the caller's work while :meth:`verdict` compares)."""
+        if self.collected is not None:
+            return
         t0 = time.perf_counter()
         child, self.child = self.child, None
         try:
@@ -335,6 +339,15 @@ class Pending(Struct):
             raise
         if srcs is None:
             srcs = self.source_side()
+        self.collected = (srcs, windows)
+        self.seconds += time.perf_counter() - t0
+
+    def verdict(self) -> Verdict:
+        """The first tensor that departs, in program order, then the outputs, then the windows."""
+        self.collect()
+        assert self.collected is not None
+        t0 = time.perf_counter()
+        srcs, windows = self.collected
         program, g, dev, host, verdict = self.program, self.g, self.dev, self.host, self.state
         src = srcs[0]
         selected, rounded = _after(g, SELECTIONS), _after(g, ROUNDINGS)
