@@ -270,10 +270,10 @@ def _members_and_verdict(src: Path, out: Path, snap: Source | None, g: Graph, pr
                          tensors: dict[str, np.ndarray], pipeline: list[Pass],
                          records: list[PassRecord]) -> tuple[PlanWriter, Verdict | None]:
     """The plan's members (after the checks every reader applies) going into its file and, with
-    ``snap``, the validation's verdict: the members are made and written (plan/io.py PlanWriter's
-    thread) while the validation's child runs the source side (spc/forked.py), after this process
-    ran the device side. A departure is raised first: dropping the fusion that made it may also
-    mend what the checks refused."""
+    ``snap``, the validation's verdict: the members are made while the validation's thread runs the
+    source side (validation/translation.py), after this one ran the device side, and written by
+    PlanWriter's thread (plan/io.py) while the comparison runs. A departure is raised first:
+    dropping the fusion that made it may also mend what the checks refused."""
     if snap is None:
         members = plan_members(out, program, tensors, print_graph(g), _check_plan(src, program, tensors))
         return PlanWriter(out, members, background=False), None

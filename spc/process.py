@@ -1,8 +1,8 @@
 """A compile's process: one BLAS thread, and freed arrays kept in its heap.
 
 * BLAS: the compile's matrix products are small (the validation's window convolutions); OpenBLAS's
-  worker threads would spin on the second core after each one, the core the validation's child
-  (spc/forked.py) runs on. Set before numpy is imported, as OpenBLAS reads it then.
+  worker threads would spin on the second core after each one, the core the validation's source
+  side runs on (validation/translation.py). Set before numpy is imported, as OpenBLAS reads it then.
 * The allocator: glibc hands each freed array over 128 KiB back to the kernel and faults the next
   one in page by page; kept in the heap, the next array reuses those pages.
 

@@ -511,3 +511,39 @@ def test_nms_pooled_in_4d_and_suppressed_in_3d_compiles_to_what_onnxruntime_comp
 
     want = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
     np.testing.assert_allclose(_run(tmp_path / "nms.ttplan", x), want, atol=0.02)  # bf16 storage of the device
+
+
+def test_the_source_sides_failure_is_the_compiles_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The source's side runs in a thread beside the device's: what it raises is raised by the
+    compile, and no thread is left running."""
+    import threading
+
+    from spc.ir.interpreter import NodeFailed
+
+    def fails(self, *args, **kwargs):
+        raise NodeFailed("n7", "onnx.Relu", ValueError("planted"))
+
+    monkeypatch.setattr(translation.Source, "run", fails)
+    before = threading.active_count()
+    with pytest.raises(SpcError, match=r"validation: the source graph does not run on a seeded image \(node n7"):
+        compile_onnx(_fold_model(tmp_path / "fold.onnx", channels_last=False), tmp_path / "fold.ttplan")
+    assert threading.active_count() == before
+    assert not (tmp_path / "fold.ttplan").exists() and not list(tmp_path.glob("*.part"))
+
+
+def test_an_interrupted_validation_waits_for_its_thread_and_writes_nothing(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while this thread runs the window checks (the source's side still running beside
+    it): the interrupt goes on, the source's thread is waited for (none is left beside a later
+    fork), and no plan is written."""
+    import threading
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(translation, "_windows", interrupted)
+    before = threading.active_count()
+    with pytest.raises(KeyboardInterrupt):
+        compile_onnx(_fold_model(tmp_path / "fold.onnx", channels_last=False), tmp_path / "fold.ttplan")
+    assert threading.active_count() == before
+    assert not (tmp_path / "fold.ttplan").exists() and not list(tmp_path.glob("*.part"))

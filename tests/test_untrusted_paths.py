@@ -225,7 +225,7 @@ def test_a_plan_whose_write_fails_midway_leaves_the_old_plan_and_no_part_file(wo
         add(zf, name, data)
 
     monkeypatch.setattr(plan_io, "_add", full)
-    with pytest.raises(SpcError, match="plan.ttplan: cannot write: no space left on the device"):
+    with pytest.raises(SpcError, match=r"plan\.ttplan: cannot write: no space left on the device"):
         compile_onnx(work / "m.onnx", work / "plan.ttplan", verify=verify)
     assert (work / "plan.ttplan").read_bytes() == before
     assert not [p for p in work.iterdir() if p.name.endswith(".part")]
