@@ -283,8 +283,8 @@ def _members_and_verdict(src: Path, out: Path, snap: Source | None, g: Graph, pr
     writer: PlanWriter | None = None
     try:
         members = plan_members(out, program, tensors, print_graph(g), _check_plan(src, program, tensors))
-        pending.collect()  # the child is done: the writer's thread has the second core while this compares
-        writer = PlanWriter(out, members)  # (after the fork: a thread beside a fork is not safe)
+        pending.collect()  # the source's thread is done: the writer's has the second core while this compares
+        writer = PlanWriter(out, members)
     except SpcError as exc:
         refused = exc
     except BaseException:

@@ -89,3 +89,13 @@ def test_descriptors_sampled_from_a_channels_last_view_are_the_same_bits() -> No
     got = sample_descriptors(xy, view, 8)
     assert np.array_equal(got, sample_descriptors(xy, np.ascontiguousarray(view), 8))
     assert got.shape == (5, 32) and np.allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)
+
+
+def test_a_run_asked_to_stop_stops_before_its_next_node() -> None:
+    from spc.ir import ops
+    from spc.ir.interpreter import Step, Stopped, run
+
+    steps = [Step("r", ops.get("onnx.Relu"), ("x",), {}, ("y",))]
+    with pytest.raises(Stopped):
+        run(steps, {"x": np.ones(2, np.float32)}, stop=lambda: True)
+    assert "y" in run(steps, {"x": np.ones(2, np.float32)}, stop=lambda: False)

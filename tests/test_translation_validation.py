@@ -547,3 +547,30 @@ def test_an_interrupted_validation_waits_for_its_thread_and_writes_nothing(tmp_p
         compile_onnx(_fold_model(tmp_path / "fold.onnx", channels_last=False), tmp_path / "fold.ttplan")
     assert threading.active_count() == before
     assert not (tmp_path / "fold.ttplan").exists() and not list(tmp_path.glob("*.part"))
+
+
+def test_an_error_on_the_device_side_stops_the_source_side_at_its_next_node(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refusal (or Ctrl-C) on this side does not wait for the source's whole run: its thread is
+    asked to stop between nodes and waited for."""
+    import threading
+    import time
+
+    from spc.ir.interpreter import Stopped
+
+    def slow(self, feeds, given, also=(), keep=None, stop=None):
+        for _ in range(3000):  # 30 s unless stopped
+            if stop is not None and stop():
+                raise Stopped("n")
+            time.sleep(0.01)
+        raise AssertionError("never stopped")
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(translation.Source, "run", slow)
+    monkeypatch.setattr(translation, "_windows", interrupted)
+    before, t0 = threading.active_count(), time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        compile_onnx(_fold_model(tmp_path / "fold.onnx", channels_last=False), tmp_path / "fold.ttplan")
+    assert time.perf_counter() - t0 < 10 and threading.active_count() == before

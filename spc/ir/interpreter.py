@@ -33,6 +33,10 @@ class MissingValue(KeyError):
         return str(self.args[0])
 
 
+class Stopped(Exception):
+    """A run stopped before the node it names, as its ``stop`` asked."""
+
+
 class NodeFailed(ValueError):
     """An op's semantics refused its arguments (shapes, values)."""
 
@@ -52,16 +56,20 @@ class Step(Struct, frozen=True):
 
 
 def run(steps: Iterable[Step], env: dict[Hashable, np.ndarray], constants: Mapping[Hashable, np.ndarray] | None = None,
-        *, quiet: bool = False, label=str, keep: Collection[Hashable] | None = None) -> dict[Hashable, np.ndarray]:
+        *, quiet: bool = False, label=str, keep: Collection[Hashable] | None = None,
+        stop: Callable[[], bool] | None = None) -> dict[Hashable, np.ndarray]:
     """Run ``steps`` in order, reading ``env`` then ``constants`` and adding each output to
     ``env``. ``quiet`` silences numpy's floating-point warnings (trial inputs with extreme values);
     ``label`` names a key in errors; ``keep``: with it, a computed value not in it leaves ``env``
-    after its last reader (the next results reuse its memory: fresh pages cost)."""
+    after its last reader (the next results reuse its memory: fresh pages cost); ``stop``: asked
+    before each step, :class:`Stopped` when it says so (a run in a thread its caller gave up on)."""
     constants = constants or {}
     steps = list(steps)
     drops = dropped_after(steps, {*keep, *env}, lambda s: (*s.inputs, *s.outputs)) if keep is not None else None
     with np.errstate(all="ignore") if quiet else contextlib.nullcontext():
         for i, s in enumerate(steps):
+            if stop is not None and stop():
+                raise Stopped(s.name)
             args = []
             for k in s.inputs:
                 if k is None:

@@ -146,12 +146,18 @@ class PlanWriter:
         self.path, self.digests = path, {}
         self.error: BaseException | None = None
         self.out = AtomicFile(path)
-        self.zip = zipfile.ZipFile(self.out.file, "w", zipfile.ZIP_DEFLATED)
-        self.thread = threading.Thread(target=self._write, args=(members,)) if background else None
-        if self.thread is not None:
-            self.thread.start()
-        else:
-            self._write(members)
+        self.thread: threading.Thread | None = None
+        try:
+            self.zip = zipfile.ZipFile(self.out.file, "w", zipfile.ZIP_DEFLATED)
+            if background:
+                self.thread = threading.Thread(target=self._write, args=(members,))
+                self.thread.start()
+            else:
+                self._write(members)
+        except BaseException:
+            self.thread = None  # it never started
+            self.discard()
+            raise
 
     def _write(self, members: dict[str, bytes]) -> None:
         try:
@@ -186,8 +192,9 @@ class PlanWriter:
 
     def discard(self) -> None:
         self._join()
-        with contextlib.suppress(Exception):  # its directory goes into the file removed next
-            self.zip.close()
+        if hasattr(self, "zip"):
+            with contextlib.suppress(Exception):  # its directory goes into the file removed next
+                self.zip.close()
         self.out.discard()
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
 from msgspec import Struct, field
@@ -49,7 +49,6 @@ from spc.ttnn.calls import MEANINGS
 from spc.ttnn.configs import Activation
 from spc.ttnn.layout import DeviceLayout
 
-CHILD_TIMEOUT_S = 600.0  # the source side's child: a hung one is ended and its work done here
 RTOL, ATOL = 1e-3, 1e-4  # on values scaled to their largest magnitude: summation order, not translation
 DISCRETE_SLACK = 0.01  # masks, indices, keypoints: the share of elements that may differ (near-ties)
 
@@ -81,11 +80,13 @@ class Source(Struct):
                 | set((*self.outputs, *also)) & set(given))
 
     def run(self, feeds: Mapping[str, np.ndarray], given: Mapping[str, np.ndarray],
-            also: Collection[str] = (), keep: Collection[str] | None = None) -> dict[str, np.ndarray]:
+            also: Collection[str] = (), keep: Collection[str] | None = None,
+            stop: Callable[[], bool] | None = None) -> dict[str, np.ndarray]:
         """Every value the outputs (and ``also``) need, not looking past ``given`` (cut values);
-        with ``keep``, only those of them (and the outputs, ``also`` and what was given)."""
+        with ``keep``, only those of them (and the outputs, ``also`` and what was given);
+        ``stop``: the interpreter's (asked between nodes)."""
         kept = None if keep is None else {*keep, *self.outputs, *also}
-        return run(self.needed(given, also), {**feeds, **given}, self.constants, quiet=True, keep=kept)
+        return run(self.needed(given, also), {**feeds, **given}, self.constants, quiet=True, keep=kept, stop=stop)
 
 
 def snapshot(g: Graph) -> Source:
@@ -235,12 +236,12 @@ class _Cut(Struct):
     keep: frozenset[str]  # what the source's side hands back: what is compared
 
     def drawn(self) -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:
-        """The seeded inputs and cut maps, per image; the maps read-only (both runs read them: one
-        that wrote into a map would fail, not pass it on)."""
+        """The seeded inputs and cut maps, per image, read-only: both runs read them (one that wrote
+        into one would fail, not pass it on to the other)."""
         inputs = [{name: _seeded_array(shape, dtype, seed) for name, shape, dtype, seed in image}
                   for image in self.inputs]
         maps = [{name: _seeded(*args) for name, args in image} for image in self.maps]
-        for x in (x for d in maps for x in d.values()):
+        for x in (x for d in (*inputs, *maps) for x in d.values()):
             x.flags.writeable = False
         return inputs, maps
 
@@ -293,6 +294,7 @@ class _SourceRun:
     def __init__(self, cut: _Cut, inputs: list[dict[str, np.ndarray]], maps: list[dict[str, np.ndarray]]) -> None:
         self._out: list[dict[str, np.ndarray]] | None = None
         self._error: BaseException | None = None
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(cut, inputs, maps), name="spc-validation-source")
         self._thread.start()
 
@@ -300,7 +302,7 @@ class _SourceRun:
         keep = cut.keep
         try:
             try:
-                srcs = [cut.source.run(x, v, cut.also, keep) for x, v in zip(inputs, maps)]
+                srcs = [cut.source.run(x, v, cut.also, keep, self._stop.is_set) for x, v in zip(inputs, maps)]
             except (MissingValue, NodeFailed) as exc:
                 raise SpcError(f"validation: the source graph does not run on a seeded image ({exc})") from None
             self._out = [{k: v for k, v in e.items() if k in keep} for e in srcs]
@@ -315,7 +317,9 @@ class _SourceRun:
         return self._out
 
     def cancel(self) -> None:
-        """Waited for: a thread is not stopped from outside (and none may run beside a later fork)."""
+        """Stopped at its next node and waited for (none may run beside a later fork): an error
+        or Ctrl-C on this side does not wait for a whole source's run."""
+        self._stop.set()
         self._thread.join()
 
 
@@ -364,6 +368,8 @@ class Pending(Struct):
     child: _SourceRun
     seconds: float
     collected: tuple[list[dict[str, np.ndarray]], Departure | Exception | None] | None = None
+    windows: Departure | Exception | None = None
+    windows_run: bool = False
 
     def cancel(self) -> None:
         self.child.cancel()
@@ -375,13 +381,15 @@ class Pending(Struct):
         if self.collected is not None:
             return
         t0 = time.perf_counter()
-        try:
-            # here while the source runs beside: in a child they ran slower (its copy-on-write faults)
-            windows = _windows(self.g, self.program, self.tensors, self.source)
-        except BaseException:
-            self.cancel()
-            raise
-        self.collected = (self.child.result(), windows)
+        if not self.windows_run:
+            try:
+                # here while the source runs beside: in a child they ran slower (its copy-on-write faults)
+                self.windows = _windows(self.g, self.program, self.tensors, self.source)
+            except BaseException:
+                self.cancel()
+                raise
+            self.windows_run = True
+        self.collected = (self.child.result(), self.windows)
         self.seconds += time.perf_counter() - t0
 
     def verdict(self) -> Verdict:
@@ -416,7 +424,7 @@ class Pending(Struct):
         return verdict
 
 
-# the bytes of the values each run keeps for the comparison, at most (each of two processes): a
+# the bytes of the values each run keeps for the comparison, at most (each of the two sides): a
 # matcher's attention grows with the square of its keypoints (LightGlue's compile at 512 / 1024 /
 # 2048 per image: 2.7 / 6.5 GB resident, then killed for memory on a 24 GB machine)
 KEEP_BYTES = 4 << 30
