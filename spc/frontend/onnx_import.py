@@ -17,7 +17,7 @@ import numpy as np
 from msgspec import Struct, field
 
 from spc.errors import SpcError
-from spc.frontend import onnx_proto, shape_inference, validate
+from spc.frontend import onnx_proto, onnx_schemas, shape_inference, validate
 from spc.frontend.validate import MAX_ELEMENTS, MAX_RANK, node_label, show
 from spc.ir import ops
 from spc.ir.graph import Graph, Value
@@ -132,7 +132,7 @@ def unsupported_reason(op_type: str, domain: str, opset: int) -> str | None:
     op = ops.onnx_op(op_type)
     if op is None:
         return "no such op in spc"
-    schema = validate.op_schema(op_type, opset)
+    schema = onnx_schemas.schema(op_type, opset)
     if schema is None:
         return f"ONNX has no {op_type} at opset {opset}"
     since = schema.since_version
@@ -275,7 +275,7 @@ class _Importer:
         except (ValueError, TypeError, UnicodeDecodeError) as exc:  # validate.check_model ran: a safety net
             raise SpcError(f"{where}: {exc}; fix the attribute and re-export the model") from None
         if op is not None and op.canonicalize is not None:
-            since = validate.op_schema(node.op_type, self.opset).since_version
+            since = onnx_schemas.schema(node.op_type, self.opset).since_version
             try:
                 given = len(node.input)
                 while given and not node.input[given - 1]:  # trailing empty names: absent optional inputs

@@ -85,12 +85,11 @@ def frozen(op_types: list[str]) -> dict[str, Any]:
     opsets: dict[str, list[int | None]] = {}
     schemas: dict[str, Any] = {}
     for op in sorted(op_types):
-        row = [s.since_version if (s := live(op, v)) is not None else None for v in OPSETS]
-        if all(v is None for v in row):
+        found = [live(op, v) for v in OPSETS]
+        if all(s is None for s in found):
             continue
-        opsets[op] = row
-        for v in OPSETS:
-            s = live(op, v)
+        opsets[op] = [None if s is None else s.since_version for s in found]
+        for s in found:
             if s is not None:
                 schemas[f"{op}-{s.since_version}"] = {
                     "counts": [s.min_input, s.max_input, s.min_output, s.max_output],

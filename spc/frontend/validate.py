@@ -39,7 +39,7 @@ from google.protobuf.message import DecodeError
 
 from spc.errors import SpcError
 from spc.frontend import onnx_proto, onnx_schemas
-from spc.frontend.onnx_schemas import SINGLE, Schema
+from spc.frontend.onnx_schemas import SINGLE
 from spc.ir.types import onnx_type_name
 from spc.text import byte_size, one_line
 
@@ -486,15 +486,10 @@ def check_tensor(t: Any, what: str, path: Path) -> int:
     return nbytes
 
 
-def op_schema(op_type: str, opset: int) -> Schema | None:
-    """onnx's schema of a default-domain op at ``opset``, None if it has none (frontend/onnx_schemas.py)."""
-    return onnx_schemas.schema(op_type, opset)
-
-
 def _check_node(node: Any, label: str, path: Path, opset: int) -> int:
     """A (supported) node's input/output counts and attributes against its schema; returns the
     bytes its attribute tensors hold."""
-    schema = op_schema(node.op_type, opset)
+    schema = onnx_schemas.schema(node.op_type, opset)
     if schema is None:  # _check_supported has refused such a node already
         return 0
     n_in = len(node.input)

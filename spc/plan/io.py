@@ -147,6 +147,7 @@ class PlanWriter:
         self.error: BaseException | None = None
         self.out = AtomicFile(path)
         self.thread: threading.Thread | None = None
+        self.zip: zipfile.ZipFile | None = None
         try:
             self.zip = zipfile.ZipFile(self.out.file, "w", zipfile.ZIP_DEFLATED)
             if background:
@@ -192,7 +193,7 @@ class PlanWriter:
 
     def discard(self) -> None:
         self._join()
-        if hasattr(self, "zip"):
+        if self.zip is not None:
             with contextlib.suppress(Exception):  # its directory goes into the file removed next
                 self.zip.close()
         self.out.discard()

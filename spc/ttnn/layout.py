@@ -90,7 +90,7 @@ class PlainLayout(Struct, frozen=True):
         return [int(d) for d in self.shape] or [1]
 
     def to_device(self, x: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(x).reshape(self.device_shape)
+        return np.ascontiguousarray(self.in_device_order(x))
 
     def in_device_order(self, x: np.ndarray) -> np.ndarray:
         return x.reshape(self.device_shape)

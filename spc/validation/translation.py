@@ -367,19 +367,16 @@ class Pending(Struct):
     cut_names: set[str]  # the cut convolutions' values: given to both runs, not compared
     child: _SourceRun
     seconds: float
-    collected: tuple[list[dict[str, np.ndarray]], Departure | Exception | None] | None = None
-    windows: Departure | Exception | None = None
+    windows: Departure | Exception | None = None  # what the window checks found, once run
     windows_run: bool = False
 
     def cancel(self) -> None:
         self.child.cancel()
 
-    def collect(self) -> None:
-        """The window checks, then the source side's values (what it raised, raised here, as often
-        as asked): its thread is done when this returns, and its core free for the caller's work
-        while :meth:`verdict` compares."""
-        if self.collected is not None:
-            return
+    def collect(self) -> list[dict[str, np.ndarray]]:
+        """The window checks (once), then the source side's values (what it raised, raised here, as
+        often as asked): its thread is done when this returns, and its core free for the caller's
+        work while :meth:`verdict` compares."""
         t0 = time.perf_counter()
         if not self.windows_run:
             try:
@@ -389,15 +386,14 @@ class Pending(Struct):
                 self.cancel()
                 raise
             self.windows_run = True
-        self.collected = (self.child.result(), self.windows)
+        srcs = self.child.result()
         self.seconds += time.perf_counter() - t0
+        return srcs
 
     def verdict(self) -> Verdict:
         """The first tensor that departs, in program order, then the outputs, then the windows."""
-        self.collect()
-        assert self.collected is not None
+        srcs, windows = self.collect(), self.windows
         t0 = time.perf_counter()
-        srcs, windows = self.collected
         program, g, dev, host, verdict = self.program, self.g, self.dev, self.host, self.state
         src = srcs[0]
         selected, rounded = _after(g, SELECTIONS), _after(g, ROUNDINGS)
