@@ -91,6 +91,20 @@ def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _collector_paused(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The command without the cyclic garbage collector (spc/process.py), except ``--precision
+    auto``, whose search runs hundreds of trials that leave garbage for it."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from spc.process import collector_paused
+
+        with collector_paused(kwargs.get("precision") != "auto"):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
 def _set_verbosity(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value:  # ctx.meta is shared by the group's and the command's contexts
         ctx.meta[_VERBOSITY_KEY] = console.QUIET if param.name == "quiet" else console.VERBOSE
@@ -227,6 +241,7 @@ def export(output: Path, height: int, width: int, channels: int, batch: int, wei
               help="replace an existing plan, and earlier dumps in --dump-dir (default: refuse)")
 @_JSON
 @_one_line_errors
+@_collector_paused
 def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, print_ir_after_all: bool,
              stop_after: str | None, disable_pass: tuple[str, ...], nms_single_pass: bool, precision: str | None,
              precision_config: Path | None,

@@ -38,7 +38,7 @@ from spc.passes.manager import (
     StageResult,
 )
 from spc.passes.pipeline import MEMORY, STAGES, default_pipeline
-from spc.plan.io import PlanWriter, plan_members, read_plan
+from spc.plan.io import PlanWriter, program_member, read_plan, weights_member
 from spc.plan.listing import call_counts, format_program
 from spc.plan.program import Program
 from spc.plan.schema import MAX_INPUTS, MAX_METADATA_ENTRIES, MAX_METADATA_KEY, MAX_METADATA_VALUE, validate_program
@@ -266,40 +266,36 @@ def _judge(src: Path, verdict: Verdict, g: Graph, pipeline: list[Pass]) -> Verdi
     raise _Departed(fusion, f"{what} departs from the model at {d}")
 
 
-def _members_and_verdict(src: Path, out: Path, snap: Source | None, g: Graph, program: Program,
+def _members_and_verdict(src: Path, writer: PlanWriter, snap: Source | None, g: Graph, program: Program,
                          tensors: dict[str, np.ndarray], pipeline: list[Pass],
-                         records: list[PassRecord]) -> tuple[PlanWriter, Verdict | None]:
-    """The plan's members (after the checks every reader applies) going into its file and, with
-    ``snap``, the validation's verdict: the members are made while the validation's thread runs the
-    source side (validation/translation.py), after this one ran the device side, and written by
-    PlanWriter's thread (plan/io.py) while the comparison runs. A departure is raised first:
-    dropping the fusion that made it may also mend what the checks refused."""
+                         records: list[PassRecord]) -> Verdict | None:
+    """The plan's program and IR given to ``writer`` (after the checks every reader applies) and,
+    with ``snap``, the validation's verdict: they are made while the validation's thread runs the
+    source side (validation/translation.py), after this one ran the device side. A departure is
+    raised first: dropping the fusion that made it may also mend what the checks refused."""
     if snap is None:
-        members = plan_members(out, program, tensors, print_graph(g), _check_plan(src, program, tensors))
-        return PlanWriter(out, members, background=False), None
+        _give_members(src, writer, g, program, tensors)
+        return None
     approximated = [v for r in records for v in r.stats.get("approximated", [])]
     pending = start(snap, g, program, tensors, approximated)
     refused: SpcError | None = None
-    writer: PlanWriter | None = None
     try:
-        members = plan_members(out, program, tensors, print_graph(g), _check_plan(src, program, tensors))
-        pending.collect()  # the source's thread is done: the writer's has the second core while this compares
-        writer = PlanWriter(out, members)
+        _give_members(src, writer, g, program, tensors)
+        pending.collect()
     except SpcError as exc:
         refused = exc
     except BaseException:
         pending.cancel()
         raise
-    try:
-        verdict = _judge(src, pending.verdict(), g, pipeline)
-        if refused is not None:
-            raise refused
-    except BaseException:
-        if writer is not None:
-            writer.discard()
-        raise
-    assert writer is not None
-    return writer, verdict
+    verdict = _judge(src, pending.verdict(), g, pipeline)
+    if refused is not None:
+        raise refused
+    return verdict
+
+
+def _give_members(src: Path, writer: PlanWriter, g: Graph, program: Program, tensors: dict[str, np.ndarray]) -> None:
+    writer.add("program.json", program_member(_check_plan(src, program, tensors)))
+    writer.add("ir.txt", print_graph(g).encode())
 
 
 DISABLED = "disabled with --disable-pass"
@@ -384,27 +380,33 @@ def compile_once(src: Path, out: Path | None, options: CompileOptions, watch: Wa
     pass_notes = len(ctx.notes)
     program, tensors = lowering.lower(g, ctx.notes)
     program.image = image
-
-    records: list[CallRecord] = []  # the planner's walk: the fit check and the predicted time read it
-
-    def choose_memory() -> StageResult:
-        before = call_counts(program)
-        planner = lowering.plan(program)
-        ctx.notes[pass_notes:pass_notes] = planner.notes  # the planner's notes, before the lowering's
-        records[:] = planner.records
-        return StageResult({"target": chip.name, **planner.stats}, before, call_counts(program),
-                           lambda: format_program(program), program, tensors)
-
-    pm.stage(MEMORY.name, g, choose_memory)
-    pm.close(g)
-    if stop_after == MEMORY.name or out is None:
-        return result
-    writer, verdict = _members_and_verdict(src, out, snap, g, program, tensors, pipeline, pm.records)
+    # the plan's file is begun now: the weights are final, and its thread writes them to the disk
+    # while the memory is planned and the plan validated (plan/io.py)
+    writer = PlanWriter(out) if out is not None and stop_after is None else None
     try:
+        if writer is not None:
+            weights = dict(tensors)
+            writer.add("weights.safetensors", lambda: weights_member(weights))
+        records: list[CallRecord] = []  # the planner's walk: the fit check and the predicted time read it
+
+        def choose_memory() -> StageResult:
+            before = call_counts(program)
+            planner = lowering.plan(program)
+            ctx.notes[pass_notes:pass_notes] = planner.notes  # the planner's notes, before the lowering's
+            records[:] = planner.records
+            return StageResult({"target": chip.name, **planner.stats}, before, call_counts(program),
+                               lambda: format_program(program), program, tensors)
+
+        pm.stage(MEMORY.name, g, choose_memory)
+        pm.close(g)
+        if writer is None:
+            return result
+        verdict = _members_and_verdict(src, writer, snap, g, program, tensors, pipeline, pm.records)
         manifest = _manifest(src, source, options, precision, program, verdict, search_report, batch_search, g,
                              records, pm, ctx)
     except BaseException:
-        writer.discard()
+        if writer is not None:
+            writer.discard()
         raise
     writer.finish(manifest)
     result.plan, result.macs, result.recognised = out, _macs(g), manifest["recognised"]

@@ -54,10 +54,13 @@ def _run(plan: Path, x: np.ndarray) -> np.ndarray:
         return next(iter(r.run(x).outputs.values()))
 
 
-def _ort(model: Path, x: np.ndarray) -> np.ndarray:
+def _ort(model: Path, x: np.ndarray, optimise: bool = True) -> np.ndarray:
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(model))
+    options = ort.SessionOptions()
+    if not optimise:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
     return sess.run(None, {"image": x})[0]
 
 
@@ -434,11 +437,17 @@ def test_a_quantized_model_computes_what_onnxruntime_computes(tmp_path: Path) ->
     assert all(n.input(3) is not None and n.precision.output_dtype.value == "float32" for n in convs)
     np.testing.assert_array_equal(convs[0].inputs[1].data, np.round(convs[0].inputs[1].data))  # integers
     x = np.random.default_rng(10).random((1, 1, 16, 24), dtype=np.float32)
-    got, want = _run(tmp_path / "q.ttplan", x), _ort(model, x)  # onnxruntime: its QLinearConv kernels
+    got = _run(tmp_path / "q.ttplan", x)
+    graph_meaning = _ort(model, x, optimise=False)  # the QDQ graph as written, step by step
+    kernels = _ort(model, x)  # onnxruntime's QLinearConv kernels
     step = float(numpy_helper.to_array(next(i for i in onnx.load(model).graph.initializer
                                             if i.name == "out_scale")))
-    off = np.abs(got - want) / step
+    off = np.abs(got - graph_meaning) / step
     assert off.max() <= 1.01 and np.mean(off > 0.5) < 0.02, (off.max(), np.mean(off > 0.5))
+    # the kernels' own slack against the graph: a step or so, more where an x86 CPU without VNNI
+    # saturates u8 x s8 sums in 16 bits (onnxruntime's quantization guide; 11 steps on an AVX2 EPYC)
+    slack = np.abs(kernels - graph_meaning).max() / step
+    assert (np.abs(got - kernels) / step).max() <= max(slack, 1.0) + 1.01
 
 
 def test_a_planted_wrong_quantization_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -229,3 +229,17 @@ def test_a_plan_whose_write_fails_midway_leaves_the_old_plan_and_no_part_file(wo
         compile_onnx(work / "m.onnx", work / "plan.ttplan", verify=verify)
     assert (work / "plan.ttplan").read_bytes() == before
     assert not [p for p in work.iterdir() if p.name.endswith(".part")]
+
+
+def test_a_compile_refused_after_its_plan_was_begun_leaves_the_old_plan_and_no_part_file(work: Path) -> None:
+    """The plan's file is begun once the program is lowered (its weights go to the disk while the
+    memory is planned): a refusal by the memory planner after that leaves the earlier plan as it
+    was, and so does a compile that stops after the planner."""
+    before = (work / "plan.ttplan").read_bytes()
+    refused("compile", work / "m.onnx", "-o", work / "plan.ttplan", "--overwrite", "--memory-config", "l2norm=l1",
+            contains="only convolutions and max pools", folder=work)
+    code, out, err = spc("compile", work / "m.onnx", "-o", work / "plan.ttplan", "--overwrite",
+                         "--stop-after", "choose-memory-config")
+    assert code == 0 and "no plan written" in out, err
+    assert (work / "plan.ttplan").read_bytes() == before
+    assert not [p for p in work.iterdir() if p.name.endswith(".part")]

@@ -120,7 +120,7 @@ class TtOp(Struct):
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "inputs": list(self.inputs), "output": self.output, "args": encode(self.args),
                 "weights": dict(self.weights), "source": self.source, "dtype": self.dtype.value, "block": self.block,
-                "shape": list(self.shape), "extra_outputs": list(self.extra_outputs),
+                "shape": [int(d) for d in self.shape], "extra_outputs": list(self.extra_outputs),
                 "extra_dtypes": [d.value for d in self.extra_dtypes]}
 
     def stock_calls(self) -> list[TtOp]:
@@ -241,12 +241,13 @@ class Program(Struct):
     def to_json(self) -> dict[str, Any]:
         # the calls have their own spelling: asdict would convert them only to be thrown away
         d = {name: asdict(getattr(self, name)) for name in self.__struct_fields__ if name != "device_ops"}
-        d["device_ops"] = [op.to_json() for op in self.device_ops]
         if not d["input_storage"]:  # an image plan's program.json as before the field existed
             del d["input_storage"]
         if self.image == DEFAULT_IMAGE:
             del d["image"]
-        return encode(d)
+        d = encode(d)
+        d["device_ops"] = [op.to_json() for op in self.device_ops]  # JSON-safe already: not encoded twice
+        return d
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> Program:
@@ -272,9 +273,14 @@ class Program(Struct):
         )
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 def encode(x: Any) -> Any:
     """JSON-safe: typed call arguments as their ttnn-facing spellings, numpy arrays as
     {"__array__": dtype, "shape": ..., "data": [...]}."""
+    if type(x) in _PLAIN:  # most of a program: asked first
+        return x
     if isinstance(x, TtOp):
         return x.to_json()
     if isinstance(x, (SliceConfig, Conv2dConfig, ComputeConfig)):

@@ -82,3 +82,35 @@ def test_width_slices_are_whole_tiles_of_columns() -> None:
     assert [s.w for s in slice_windows(win, "width", 3)] == [225, 226, 193]  # plus the halo columns
     assert [s.out_h for s in slice_windows(win, "height", 3)] == [160, 160, 160]
     assert [s.pads[:2] for s in slice_windows(win, "height", 3)] == [(1, 0), (0, 0), (0, 1)]  # edges keep padding
+
+
+def _halo_by_core(win: Window, per_core: int) -> int:
+    """halo_sticks by its definition: each core's first and last output pixel, walked one by one."""
+    wp, hp = win.w + win.pads[2] + win.pads[3], win.h + win.pads[0] + win.pads[1]
+    kh, kw = ((k - 1) * d + 1 for k, d in zip(win.kernel, win.dilation))
+
+    def stick(p: int) -> int:
+        b, r = divmod(p, win.out_h * win.out_w)
+        ho, wo = divmod(r, win.out_w)
+        return b * hp * wp + ho * win.stride[0] * wp + wo * win.stride[1]
+
+    worst = 0
+    for first in range(0, win.out_nhw, per_core):
+        last = min(first + per_core, win.out_nhw) - 1
+        worst = max(worst, stick(last) - stick(first) + (kh - 1) * wp + kw)
+    return worst
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_halo_is_the_widest_cores_span(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    for _ in range(300):
+        win = Window(rng.choice([1, 2, 3]), rng.randint(3, 70), rng.randint(3, 90), 32, (rng.choice([1, 3, 5]),) * 2,
+                     (rng.choice([1, 2]), rng.choice([1, 2])), tuple(rng.randint(0, 2) for _ in range(4)),
+                     (rng.choice([1, 2]), 1))
+        if win.out_h < 1 or win.out_w < 1:
+            continue
+        per_core = rng.choice([1, 32, rng.randint(1, win.out_nhw + 3)])
+        assert win.halo_sticks(per_core) == _halo_by_core(win, per_core), (win, per_core)

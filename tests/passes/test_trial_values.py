@@ -3,10 +3,12 @@ and without the structure a probe must not have."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
-from spc.passes.trial_values import TrialValues
+from spc.passes.trial_values import TrialValues, hashed_uniform
 
 
 def test_a_seed_gives_the_same_values_and_another_seed_others() -> None:
@@ -50,3 +52,24 @@ def test_permutation_and_choice_are_without_repeats() -> None:
     assert len(set(picked.tolist())) == 12 and all(100 <= v < 160 for v in picked)
     with pytest.raises(ValueError, match="distinct"):
         tv.choice(np.arange(3), 4)
+
+
+def _lowbias32(i: int, seed: int) -> float:
+    """One value of hashed_uniform, by the hash's definition, in integers."""
+    x = (i + seed * 0x9E3779B9) % 2**32
+    x ^= x >> 16
+    x = x * 0x7FEB352D % 2**32
+    x ^= x >> 15
+    x = x * 0x846CA68B % 2**32
+    x ^= x >> 16
+    return (x >> 8) * 2.0**-24
+
+
+@pytest.mark.parametrize("shape", [(0,), (5, 7), (3, 1 << 16), (1, 2, 70_001)])
+def test_hashed_uniform_is_the_hash_of_each_position_across_its_chunks(shape: tuple[int, ...]) -> None:
+    x = hashed_uniform(shape, seed=12345).reshape(-1)
+    assert x.dtype == np.float32 and x.size == math.prod(shape)
+    picks = sorted({0, 1, x.size // 2, (1 << 16) - 1, 1 << 16, (1 << 16) + 1, x.size - 1} & set(range(x.size)))
+    assert [float(x[i]) for i in picks] == [_lowbias32(i, 12345) for i in picks]
+    assert x.size == 0 or (x.min() >= 0 and x.max() < 1)
+    np.testing.assert_array_equal(hashed_uniform(shape, seed=12345).reshape(-1), x)  # the same every time
