@@ -178,6 +178,9 @@ def act_block_tiles(mt: int, override: int) -> int:
     return max(d for d in range(1, override + 1) if mt % d == 0)
 
 
+# the planner asks again for what it asked before (the chosen configuration, equal slices, a pool's
+# trials): a third of the conv questions and two thirds of the pool ones of a 480x640 compile
+@functools.lru_cache(maxsize=4096)
 def conv_l1(spec: ConvSpec, mem: BlockMemory, grid_cores: int, input_cores: int | None = None,
             input_in_dram: bool = False) -> L1Use:
     """One core's L1 for ``ttnn.conv2d`` under ``mem``. ``input_cores``: the core count of an
@@ -268,6 +271,7 @@ class PoolSpec(Struct, frozen=True):
     output_in_l1: bool  # the L1 path's output stays in L1 (else it is written to DRAM)
 
 
+@functools.lru_cache(maxsize=4096)
 def pool_l1(spec: PoolSpec, mem: BlockMemory, grid_cores: int, input_cores: int | None = None,
             _sliced: bool = False) -> L1Use:
     """One core's L1 for ``ttnn.max_pool2d`` (height-sharded, row-major output) and the halo op
