@@ -93,13 +93,14 @@ def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _collector_paused(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The command without the cyclic garbage collector (spc/process.py), except ``--precision
-    auto``, whose search runs hundreds of trials that leave garbage for it."""
+    auto`` and ``--batch auto``, whose trials and whole compiles leave garbage for it (the IR's
+    nodes and values refer to each other)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from spc.process import collector_paused
 
-        with collector_paused(kwargs.get("precision") != "auto"):
+        with collector_paused(kwargs.get("precision") != "auto" and kwargs.get("batch") != "auto"):
             return fn(*args, **kwargs)
 
     return wrapper

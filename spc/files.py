@@ -63,7 +63,7 @@ class AtomicFile:
         """Put what is written so far on the disk, so that :meth:`commit`'s fsync waits only for
         what follows (a writer thread calls it while its caller works on)."""
         self.file.flush()
-        os.fdatasync(self.file.fileno())
+        getattr(os, "fdatasync", os.fsync)(self.file.fileno())  # macOS and Windows have fsync only
 
     def commit(self) -> None:
         try:
@@ -77,6 +77,9 @@ class AtomicFile:
         except OSError as exc:
             self.discard()
             raise os_error(self.path, exc) from None
+        except BaseException:  # an interrupt: no temporary file left either
+            self.discard()
+            raise
 
     def discard(self) -> None:
         with contextlib.suppress(OSError):

@@ -94,3 +94,12 @@ def collector_paused(pause: bool = True) -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+def release_free_heap() -> None:
+    """Give the heap's free memory back to the kernel (``malloc_trim``): a forked child that
+    limits its own address space counts from what it holds, not from the reserve it inherited."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):  # not glibc
+        ctypes.CDLL(None).malloc_trim(ctypes.c_size_t(0))

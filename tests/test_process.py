@@ -34,19 +34,21 @@ def test_the_collector_is_paused_inside_and_restored_after() -> None:
         gc.enable()
 
 
-@pytest.mark.parametrize("precision", ["balanced", "auto"])
-def test_a_compile_runs_without_the_collector_but_a_precision_search_with_it(
-        precision: str, small_onnx: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("option", "collects"), [(["--precision", "balanced"], False),
+                                                  (["--precision", "auto"], True), (["--batch", "auto"], True)])
+def test_a_compile_runs_without_the_collector_but_a_search_with_it(
+        option: list[str], collects: bool, small_onnx: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[bool] = []
 
-    def compile_onnx(*args, **kwargs):
+    def stopped(*args, **kwargs):
         seen.append(gc.isenabled())
         raise SpcError("stopped here")
 
-    monkeypatch.setattr(compiler, "compile_onnx", compile_onnx)
-    code, _, err = spc("compile", small_onnx, "-o", tmp_path / "p.ttplan", "--precision", precision)
+    monkeypatch.setattr(compiler, "compile_onnx", stopped)
+    monkeypatch.setattr(compiler, "choose_batch", stopped)
+    code, _, err = spc("compile", small_onnx, "-o", tmp_path / "p.ttplan", *option)
     assert code == 1 and "stopped here" in err
-    assert seen == [precision == "auto"] and gc.isenabled()
+    assert seen == [collects] and gc.isenabled()
 
 
 def _thp_mode() -> str | None:
@@ -73,3 +75,18 @@ def test_a_compile_process_keeps_its_heap_in_huge_pages() -> None:
                               check=True)
         before, after = map(int, done.stdout.split())
         assert (after > before) is more, (first, done.stdout, done.stderr)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heap")
+def test_a_forked_child_gives_back_the_reserved_heap_before_it_limits_itself() -> None:
+    """The inference child limits its address space from its own size (frontend/shape_inference.py):
+    the heap a compile reserves is given back first, so that the limit is not raised by it."""
+    probe = ("from spc.process import tune_for_compile, release_free_heap\n"
+             "tune_for_compile()\n"
+             "def size():\n"
+             "    return int(open('/proc/self/statm').read().split()[0]) * 4096\n"
+             "before = size()\n"
+             "release_free_heap()\n"
+             "print(before - size())\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert int(done.stdout) > 512 << 20, done.stdout

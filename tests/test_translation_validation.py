@@ -442,12 +442,12 @@ def test_a_quantized_model_computes_what_onnxruntime_computes(tmp_path: Path) ->
     kernels = _ort(model, x)  # onnxruntime's QLinearConv kernels
     step = float(numpy_helper.to_array(next(i for i in onnx.load(model).graph.initializer
                                             if i.name == "out_scale")))
+    # within a step of the graph's meaning, so within a step of the kernels' own slack against it:
+    # a step or so, more where an x86 CPU without VNNI saturates u8 x s8 sums in 16 bits
+    # (onnxruntime's quantization guide; 11 steps on an AVX2 EPYC), which is the kernels', not spc's
     off = np.abs(got - graph_meaning) / step
     assert off.max() <= 1.01 and np.mean(off > 0.5) < 0.02, (off.max(), np.mean(off > 0.5))
-    # the kernels' own slack against the graph: a step or so, more where an x86 CPU without VNNI
-    # saturates u8 x s8 sums in 16 bits (onnxruntime's quantization guide; 11 steps on an AVX2 EPYC)
-    slack = np.abs(kernels - graph_meaning).max() / step
-    assert (np.abs(got - kernels) / step).max() <= max(slack, 1.0) + 1.01
+    assert np.abs(kernels - graph_meaning).max() / step < 64  # the same model: the kernels ran it
 
 
 def test_a_planted_wrong_quantization_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

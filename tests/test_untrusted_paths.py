@@ -9,6 +9,7 @@ import errno
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -235,11 +236,26 @@ def test_a_compile_refused_after_its_plan_was_begun_leaves_the_old_plan_and_no_p
     """The plan's file is begun once the program is lowered (its weights go to the disk while the
     memory is planned): a refusal by the memory planner after that leaves the earlier plan as it
     was, and so does a compile that stops after the planner."""
-    before = (work / "plan.ttplan").read_bytes()
+    before, threads = (work / "plan.ttplan").read_bytes(), threading.active_count()
     refused("compile", work / "m.onnx", "-o", work / "plan.ttplan", "--overwrite", "--memory-config", "l2norm=l1",
             contains="only convolutions and max pools", folder=work)
+    assert threading.active_count() == threads  # the plan's writer is gone too
     code, out, err = spc("compile", work / "m.onnx", "-o", work / "plan.ttplan", "--overwrite",
                          "--stop-after", "choose-memory-config")
     assert code == 0 and "no plan written" in out, err
     assert (work / "plan.ttplan").read_bytes() == before
     assert not [p for p in work.iterdir() if p.name.endswith(".part")]
+
+
+def test_a_discarded_plan_writes_nothing_more_and_leaves_no_file(tmp_path: Path) -> None:
+    """A refusal or an interrupt after the plan's file was begun does not wait for what was queued
+    (the weights' serialising, writing and syncing)."""
+    from spc.plan.io import PlanWriter
+
+    gate, made = threading.Event(), []
+    writer = PlanWriter(tmp_path / "p.ttplan")
+    writer.add("ir.txt", lambda: gate.wait(10) and b"ir")  # holds the writer's thread until released
+    writer.add("weights.safetensors", lambda: made.append(1) or b"weights")
+    threading.Timer(0.2, gate.set).start()
+    writer.discard()
+    assert not made and not list(tmp_path.iterdir()) and not writer.thread

@@ -291,8 +291,12 @@ def _fork_inference(cpp: Any, view: Any, data_prop: bool, check: Callable[[], No
             try:
                 import resource  # POSIX only, as fcntl above
 
-                faulthandler.disable()  # a crash here is reported by the parent, in one line
+                from spc.process import release_free_heap
 
+                faulthandler.disable()  # a crash here is reported by the parent, in one line
+                # the compile's free heap (spc/process.py reserves 768 MiB of it) given back first:
+                # the limit below counts from what the child holds, not from what it may still fill
+                release_free_heap()
                 with open("/proc/self/statm", "rb") as f:
                     size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
                 limit = size + INFER_MEMORY_BYTES + 4 * len(data)

@@ -171,6 +171,7 @@ class PlanWriter:
     def __init__(self, path: Path, background: bool = True) -> None:
         self.path, self.digests = path, {}
         self.error: BaseException | None = None
+        self.cancelled = False  # discarded: what is queued is not written
         self.out = AtomicFile(path)
         self.thread: threading.Thread | None = None
         self.zip: zipfile.ZipFile | None = None
@@ -197,7 +198,8 @@ class PlanWriter:
 
     def _drain(self, jobs: queue.SimpleQueue) -> None:
         while (job := jobs.get()) is not None:
-            if self.error is None:  # after a failure the file is discarded: nothing more to write
+            # after a failure or a discard the file goes: nothing more to write
+            if self.error is None and not self.cancelled:
                 try:
                     self._write(*job)
                 except BaseException as exc:  # raised by finish, in the caller's thread
@@ -207,7 +209,7 @@ class PlanWriter:
         data = _capped(self.path, name, data if isinstance(data, bytes) else data())
         self.digests[name] = sha256(data)
         _add(self.zip, name, data)
-        if name == self.BULK:
+        if name == self.BULK and not self.cancelled:
             self.out.settle()
 
     def _join(self) -> None:
@@ -217,8 +219,8 @@ class PlanWriter:
             self.thread = None
 
     def finish(self, manifest: dict[str, Any]) -> None:
-        self._join()
         try:
+            self._join()
             if self.error is not None:
                 raise self.error
             full = dict(manifest, format=FORMAT, format_version=FORMAT_VERSION, spc_version=__version__,
@@ -235,11 +237,14 @@ class PlanWriter:
         self.out.commit()
 
     def discard(self) -> None:
-        self._join()
-        if self.zip is not None:
-            with contextlib.suppress(Exception):  # its directory goes into the file removed next
-                self.zip.close()
-        self.out.discard()
+        self.cancelled = True  # a refusal or an interrupt does not wait for the weights' write
+        try:
+            self._join()
+        finally:
+            if self.zip is not None:
+                with contextlib.suppress(Exception):  # its directory goes into the file removed next
+                    self.zip.close()
+            self.out.discard()
 
 
 def _add(zf: zipfile.ZipFile, name: str, data: bytes) -> None:
