@@ -43,7 +43,8 @@ _HUGE = 2 << 20
 def tune_for_compile() -> None:
     """Before numpy is imported (else only the allocator's thresholds change). The user's own
     setting of OPENBLAS_NUM_THREADS is kept."""
-    if "numpy" not in sys.modules:
+    fresh = "numpy" not in sys.modules
+    if fresh:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if not sys.platform.startswith("linux"):
         return
@@ -52,7 +53,6 @@ def tune_for_compile() -> None:
         mallopt = libc.mallopt
     except (OSError, AttributeError):  # not glibc
         return
-    fresh = "numpy" not in sys.modules
     for param, value in ((_M_MMAP_THRESHOLD, _MMAP_AT), (_M_TRIM_THRESHOLD, _TRIM_AT), (_M_TOP_PAD, _PAD),
                          *([(_M_ARENA_MAX, 1)] if fresh else [])):
         mallopt(ctypes.c_int(param), ctypes.c_int(value))
@@ -72,8 +72,10 @@ def _huge_heap(libc: ctypes.CDLL) -> None:
     free.restype, free.argtypes = None, [ctypes.c_void_p]
     madvise.restype, madvise.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     before = sbrk(0)
+    if before is None:
+        return
     block = malloc(_HUGE_RESERVE)
-    if not block or before is None:
+    if not block:
         return
     free(block)
     after = sbrk(0)

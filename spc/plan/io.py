@@ -99,12 +99,6 @@ def _json_bytes(obj: Any, compact: bool = False) -> bytes:
     return (json.dumps(obj, indent=1, sort_keys=True, allow_nan=True) + "\n").encode()
 
 
-def _weights_bytes(weights: dict[str, np.ndarray]) -> bytes:
-    # no copy of what is C-ordered already (np.ascontiguousarray would make a 0-d array 1-d)
-    arrays = {k: v if v.flags.c_contiguous else np.array(v, order="C") for k, v in sorted(weights.items())}
-    return save(arrays, metadata={"format": FORMAT})
-
-
 def manifest_digest(manifest: dict[str, Any]) -> str:
     """The manifest's own sha256: over its canonical JSON without the ``digest`` field."""
     return sha256(_json_bytes({k: v for k, v in manifest.items() if k != "digest"}))
@@ -117,7 +111,9 @@ def program_member(program_json: dict[str, Any]) -> bytes:
 
 def weights_member(weights: dict[str, np.ndarray]) -> bytes:
     """``weights.safetensors``' bytes."""
-    return _weights_bytes(weights)
+    # no copy of what is C-ordered already (np.ascontiguousarray would make a 0-d array 1-d)
+    arrays = {k: v if v.flags.c_contiguous else np.array(v, order="C") for k, v in sorted(weights.items())}
+    return save(arrays, metadata={"format": FORMAT})
 
 
 def plan_members(path: Path, program: Program, weights: dict[str, np.ndarray], ir_text: str,
@@ -160,8 +156,9 @@ class PlanWriter:
     the weights as soon as the program is lowered, and serialising, hashing, writing and syncing
     them to the disk hold no lock the memory planner or the validation need), then the manifest,
     which names their hashes, and the zip's directory (:meth:`finish`); the file is renamed over
-    ``path``, or removed (:meth:`discard`). A member's failure (a full disk, a member past its
-    cap) is raised by :meth:`finish`. A caller that forks waits for :meth:`finish` or
+    ``path``, or removed (:meth:`discard`). A member given as bytes is held to its cap by
+    :meth:`add`; what fails in the thread (a full disk, a made member past its cap) is raised by
+    :meth:`finish`. A caller that forks waits for :meth:`finish` or
     :meth:`discard` first (a fork beside a thread is not safe)."""
 
     # the member that is most of the file: synced as soon as it is written, so that the commit's
