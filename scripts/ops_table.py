@@ -18,7 +18,7 @@ def main() -> int:
     import warnings
 
     from spc.frontend.conformance import REFUSED_MESSAGES, cases, exceptions, run_case
-    from spc.frontend.onnx_import import MAX_OPSET, MIN_OPSET
+    from spc.frontend.reading import MAX_OPSET, MIN_OPSET
     from spc.ir import ops
     from spc.lowering.registry import LOWERINGS, lowering_for
 

@@ -254,6 +254,7 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
     from spc.process import tune_for_compile
 
     tune_for_compile()  # before numpy's first import (the compiler's)
+    reading = _read_ahead(source, input_shape, list_passes or batch == "auto")
     from spc.compiler import Watch, compile_onnx
     from spc.options import AutoPrecision, CompileOptions
     from spc.passes.pipeline import STAGES, default_pipeline
@@ -307,7 +308,7 @@ def compile_(source: Path | None, output: Path | None, dump_dir: Path | None, pr
             f"{r['batch']}: {r['fps']:.1f} frames/s, {r['run_s'] * 1e3:.1f} ms per run" if r["fits"]
             else f"{r['batch']}: does not fit" for r in searched) + f"; chosen {images}")
     try:
-        result = compile_onnx(source, output, options, batch=images, batch_search=searched,
+        result = compile_onnx(source, output, options, batch=images, batch_search=searched, reading=reading,
                               watch=Watch(dump_dir, print_ir_after_all, stop_after, explain))
     except OSError as exc:  # writing the dumps (the plan's own write reports itself)
         if dump_dir is None:
@@ -398,6 +399,24 @@ def _check_dump_dir(dump_dir: Path, inputs: list[Path], overwrite: bool) -> None
         if old:
             raise SpcError(f"--dump-dir {dump_dir}: holds earlier dumps ({old[0].name}, ...); pass --overwrite "
                            "to replace them, or choose another folder")
+
+
+def _read_ahead(source: Path | None, input_shape: str | None, skip: bool) -> Any:
+    """The model read, and checked and its shapes inferred in a forked child, while this process
+    imports the compiler (frontend/reading.py); None where the command reads no one model. What
+    the read finds is raised where the compile reads the model: the options are checked first.
+    The child ends with the command (a refusal of an option, Ctrl-C)."""
+    if source is None or skip:
+        return None
+    try:
+        shape = _shape_option(input_shape)
+    except SpcError:  # refused where the options are read
+        return None
+    from spc.frontend.reading import begin
+
+    reading = begin(source, shape, ahead=True)
+    click.get_current_context().call_on_close(reading.cancel)
+    return reading
 
 
 def _shape_option(text: str | None) -> list[int] | None:

@@ -15,6 +15,7 @@ from spc.errors import SpcError
 from spc.frontend.image_input import image_input
 from spc.frontend.onnx_import import Source as SourceFile
 from spc.frontend.onnx_import import read_source
+from spc.frontend.reading import Reading
 from spc.ir.graph import Graph, Placement
 from spc.ir.macs import macs
 from spc.ir.printer import print_graph
@@ -225,12 +226,14 @@ class _Departed(Exception):
 
 
 def compile_onnx(src: Path, out: Path | None, options: CompileOptions | None = None, *,
-                 watch: Watch | None = None, batch_search: list[dict] | None = None, **fields: Any) -> CompileResult:
+                 watch: Watch | None = None, batch_search: list[dict] | None = None, reading: Reading | None = None,
+                 **fields: Any) -> CompileResult:
     """Compile ``src`` with ``options`` (``fields``: some of them, given by name). With
     ``options.verify`` the plan is validated against the source before it is written
     (validation/translation.py); a fusion whose plan departs is dropped, with a note, and the
     model compiled again without it. ``watch``: what is dumped, printed or explained;
-    ``batch_search``: ``--batch auto``'s rows, for the manifest."""
+    ``batch_search``: ``--batch auto``'s rows, for the manifest; ``reading``: ``src``'s read,
+    begun by the caller with ``options.input_shape`` (frontend/reading.py)."""
     watch_fields = {k: fields.pop(k) for k in Watch.__struct_fields__ if k in fields}
     options = replace(options or CompileOptions(), **fields)
     watch = replace(watch or Watch(), **watch_fields)
@@ -238,12 +241,12 @@ def compile_onnx(src: Path, out: Path | None, options: CompileOptions | None = N
     notes: list[str] = []
     while True:
         try:
-            result = compile_once(src, out, options, watch, batch_search, unfused)
+            result = compile_once(src, out, options, watch, batch_search, unfused, reading)
         except _Departed as d:
             if d.fusion in unfused:  # dropping it changed nothing: not the fusion's doing
                 raise SpcError(f"{src}: spc bug: {d.note}; report it with the dump from --dump-dir "
                                "(--no-verify writes the plan regardless)") from None
-            unfused = {**unfused, d.fusion: d.note}
+            unfused, reading = {**unfused, d.fusion: d.note}, None  # the graph imported again
             notes.append(f"validation: {d.note}; {d.fusion} dropped, its region compiled op by op")
             continue
         result.notes[:0] = notes
@@ -328,13 +331,15 @@ class Watch(Struct, frozen=True):
 
 
 def compile_once(src: Path, out: Path | None, options: CompileOptions, watch: Watch,
-                 batch_search: list[dict] | None = None, unfused: dict[str, str] | None = None) -> CompileResult:
+                 batch_search: list[dict] | None = None, unfused: dict[str, str] | None = None,
+                 reading: Reading | None = None) -> CompileResult:
     """Compile ``src`` once; with ``options.auto``, search the precision plan on calibration inputs
     first (tuning/precision_search.py: needs torch and onnxruntime, unlike the rest of compile).
-    ``unfused``: fusions not run (what the validation found of each)."""
+    ``unfused``: fusions not run (what the validation found of each); ``reading``: as compile_onnx's."""
     stop_after, explain = watch.stop_after, watch.explain
     chip = get_target(options.target)
-    source = read_source(src, input_shape=options.input_shape)  # the manifest's hash is of the bytes imported
+    # the manifest's hash is of the bytes imported
+    source = read_source(src, input_shape=options.input_shape, reading=reading)
     g = source.graph
     check_input(g, src)
     image, image_note = image_input(g)  # read from the graph as imported, before any pass

@@ -155,17 +155,40 @@ def test_single_pass_nms_is_opt_in(small_onnx: Path, tmp_path: Path) -> None:
 
 def test_compile_imports_only_what_it_needs(small_onnx: Path, tmp_path: Path) -> None:
     """No torch, onnxruntime or Ray; nor onnx's Python package (the importer reads models with
-    its messages and C++ extension: frontend/onnx_proto.py, ~50 ms of the command) or numpy.random
-    (passes/trial_values.py, ~10 ms)."""
+    its messages: frontend/onnx_proto.py, ~50 ms of the command), nor onnx's C++ extension (only
+    the forked child that checks the model and infers its shapes loads it: frontend/reading.py),
+    nor numpy.random (passes/trial_values.py, ~10 ms)."""
     code = ("import sys; from spc.cli import main\n"
             f"try: main(['compile', {str(small_onnx)!r}, '-o', {str(tmp_path / 'x.ttplan')!r}])\n"
             "except SystemExit: pass\n"
             f"assert __import__('os').path.exists({str(tmp_path / 'x.ttplan')!r})\n"
             "assert 'torch' not in sys.modules and 'onnxruntime' not in sys.modules, 'heavy import'\n"
-            "assert 'onnx' not in sys.modules and 'onnx.onnx_cpp2py_export' in sys.modules, 'onnx package'\n"
+            "assert 'onnx' not in sys.modules and 'onnx.onnx_ml_pb2' in sys.modules, 'onnx package'\n"
+            "assert 'onnx.onnx_cpp2py_export' not in sys.modules, 'onnx extension (the child loads it)'\n"
             "assert 'numpy.random' not in sys.modules, 'numpy.random (passes/trial_values.py)'\n"
             "assert 'ray' not in sys.modules and 'pandas' not in sys.modules, 'Ray without --ray'\n")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_an_option_refused_after_the_read_began_ends_its_child(small_onnx: Path, tmp_path: Path) -> None:
+    """`spc compile` begins reading its model, in a forked child, before it reads its other options
+    (frontend/reading.py): an option refused then is the one error, and the child is ended and
+    reaped, as after a compile."""
+    plan = tmp_path / "x.ttplan"
+    plan.write_bytes(b"an earlier plan")
+    code = ("import os, sys; from spc.cli import main; from spc.frontend import shape_inference\n"
+            "pids, fork = [], shape_inference._fork_inference\n"
+            "shape_inference._fork_inference = lambda *a: (lambda c: (pids.append(c.pid), c)[1])(fork(*a))\n"
+            "for plan in (sys.argv[2], sys.argv[2] + '2'):\n"
+            "    try: main(['-q', 'compile', sys.argv[1], '-o', plan])\n"
+            "    except SystemExit: pass\n"
+            "try: os.waitpid(-1, os.WNOHANG)\n"
+            "except ChildProcessError: print(len(pids), 'none left')\n")
+    done = subprocess.run([sys.executable, "-c", code, str(small_onnx), str(plan)], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "2 none left", done.stdout + done.stderr
+    assert done.stderr.startswith(f"spc: error: {plan}: already exists"), done.stderr
+    assert plan.read_bytes() == b"an earlier plan" and (tmp_path / "x.ttplan2").exists()
 
 
 def test_file_commands_end_without_teardown_and_lose_no_output(small_onnx: Path, tmp_path: Path) -> None:

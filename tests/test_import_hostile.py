@@ -382,6 +382,83 @@ pid = pids[0]
     assert in_fresh_process(code + _REAPED) == "reaped"
 
 
+def test_a_read_begun_ahead_ends_as_the_importers_own(tmp_path: Path) -> None:
+    """``spc compile`` begins its read before it imports the compiler, and a forked child runs the
+    checks there (frontend/reading.py, ``ahead``): every model ends as when the checks run here,
+    word for word, whichever check refuses it first (the strings' before the ops', the ops' before
+    the rest), onnx crashing in the child, or data propagation exhausting its memory. Each read
+    ahead did fork its child, and none is left behind."""
+    unsupported = model([helper.make_node("NotAnOp", ["x"], ["y"], name="a"),
+                         helper.make_node("Relu", ["x"], ["y"], name="b")], [vi("x", [4])], [vi("y", None)])
+    strange = model([helper.make_node("NotAnOp", ["x"], ["y"], name="N!")], [vi("x", [4])], [vi("y", None)])
+    dynamic = model([helper.make_node("Relu", ["x"], ["y"], name="r")], [vi("x", ["n", 4])], [vi("y", None)])
+    huge = [helper.make_node("Range", ["a", "b", "c"], ["q"], name="range"),
+            helper.make_node("Cast", ["q"], ["qf"], to=F32), helper.make_node("Add", ["x", "qf"], ["y"])]
+    cases = {  # name: (model, input shape)
+        "valid": (conv(), None),
+        "valid, a shape chain": (model([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["y"])],
+                                       [vi("x", [2, 3])], [vi("y", None)]), None),
+        "an attribute onnx segfaults on": (gathernd(-2**31), None),
+        "onnx segfaults (the rule removed)": (gathernd(-2**31), None),
+        "defined twice": (model([helper.make_node("Relu", ["x"], ["y"], name="a"),
+                                 helper.make_node("Relu", ["x"], ["y"], name="b")], [vi("x", [4])], [vi("y", None)]), None),
+        "an unknown op, defined twice": (unsupported, None),
+        "not UTF-8, an unknown op": (with_bad_utf8(strange, "N!"), None),
+        "an attribute of the wrong type": (model([helper.make_node("Softmax", ["x"], ["y"], name="n", axis=1.5)],
+                                                 [vi("x", [1, 4])], [vi("y", None)]), None),
+        "data not matching its dims": (add_weight(TensorProto(name="w", data_type=F32, dims=[4], raw_data=bytes(12))),
+                                       None),
+        "a declared 888 PiB": (model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [1])], [vi("y", HUGE)]), None),
+        "data propagation out of memory": (model(huge, [vi("x", [1])], [vi("y", None)],
+                                                 [const("a", np.int64(0)), const("b", np.int64(2**62)),
+                                                  const("c", np.int64(1))]), None),
+        "a dynamic input fixed": (dynamic, [2, 4]),
+        "a dynamic input fixed wrongly": (dynamic, [2, 5]),
+        "a fixed shape of another rank": (dynamic, [1, 2, 4]),
+    }
+    paths = {name: (str(write(tmp_path, m, f"{i}.onnx")), shape) for i, (name, (m, shape)) in enumerate(cases.items())}
+    code = f"""
+import os
+from pathlib import Path
+from spc.errors import SpcError
+from spc.frontend import reading, shape_inference, validate
+from spc.frontend.onnx_import import read_source
+shape_inference.INFER_MEMORY_BYTES = 256 << 20
+rules, check_model, here = validate._OP_ATTR_RULES, validate.check_model, []
+validate.check_model = lambda *a: (here.append(1), check_model(*a))[1]
+def ends(path, shape, ahead):
+    begun = reading.begin(Path(path), shape, ahead=True) if ahead else None
+    assert begun is None or begun.ahead, "no child forked"
+    here.clear()
+    try:
+        g = read_source(Path(path), input_shape=shape, reading=begun).graph
+    except SpcError as exc:
+        return "refused: " + str(exc)
+    assert not (ahead and here), "checked here, not in the child"
+    return "imported: " + ", ".join(str(v.type) for v in g.outputs)
+for name, (path, shape) in {paths!r}.items():
+    validate._OP_ATTR_RULES = {{}} if "rule removed" in name else rules
+    plain, ahead = ends(path, shape, False), ends(path, shape, True)
+    assert plain == ahead, (name, plain, ahead)
+    print(name, "|", plain)
+try:
+    os.waitpid(-1, os.WNOHANG)
+except ChildProcessError:
+    print("none left")
+"""
+    *lines, left = in_fresh_process(code).splitlines()
+    out = dict(line.split(" | ", 1) for line in lines)
+    assert left == "none left" and len(out) == len(cases)
+    assert out["valid"] == "imported: f32[1,2,6,6]" and out["a dynamic input fixed"] == "imported: f32[2,4]"
+    assert "onnx's shape inference crashed (SIG" in out["onnx segfaults (the rule removed)"]
+    assert "batch_dims=-2147483648 is out of range" in out["an attribute onnx segfaults on"]
+    assert "unsupported node(s)" in out["an unknown op, defined twice"]
+    assert "is not valid UTF-8" in out["not UTF-8, an unknown op"]
+    assert "shape [4611686018427387904]" in out["data propagation out of memory"]
+    assert "has a fixed size 4 where 5 was asked" in out["a dynamic input fixed wrongly"]
+    assert all(v.startswith("refused: ") for k, v in out.items() if not k.startswith(("valid", "a dynamic input fixed")))
+
+
 def test_a_node_reading_a_missing_input(tmp_path: Path) -> None:
     m = model([helper.make_node("Add", ["x", "nope"], ["y"], name="add")], [vi("x", [4])], [vi("y", None)])
     message = refused(write(tmp_path, m))

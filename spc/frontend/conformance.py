@@ -33,7 +33,8 @@ from onnx import TensorProto, numpy_helper
 from onnx.backend.test.case.node import collect_testcases
 
 from spc.errors import SpcError
-from spc.frontend.onnx_import import MAX_OPSET, MIN_OPSET, import_model
+from spc.frontend.onnx_import import import_model
+from spc.frontend.reading import MAX_OPSET, MIN_OPSET
 from spc.ir import ops
 from spc.ir.interpreter import evaluate_graph
 from spc.ir.ops import onnx_modules

@@ -8,7 +8,6 @@ reference. Anything we cannot represent is reported in ONE error listing every o
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -17,13 +16,13 @@ import numpy as np
 from msgspec import Struct, field
 
 from spc.errors import SpcError
-from spc.frontend import onnx_proto, onnx_schemas, shape_inference, validate
+from spc.frontend import onnx_proto, onnx_schemas, validate
+from spc.frontend.reading import Reading, begin
 from spc.frontend.validate import MAX_ELEMENTS, MAX_RANK, node_label, show
 from spc.ir import ops
 from spc.ir.graph import Graph, Value
 from spc.ir.types import Dim, DType, TensorType
 
-MIN_OPSET, MAX_OPSET = 11, 23
 KNOWN_MAX = 64
 _NODE_NAME_BAD = re.compile(r"[^A-Za-z0-9_./\-]")
 
@@ -48,32 +47,16 @@ class Source(Struct):
     metadata: list[tuple[str, str]] = field(default_factory=list)
 
 
-def read_source(path: Path, name: str = "superpoint", input_shape: list[int] | None = None) -> Source:
-    """:func:`import_onnx`, with the file's hash and metadata_props from the same bytes."""
-    data = validate.read_file(path)
-    model = validate.parse_model(data, path)
-    # not UTF-8: the importer refuses the model (validate.check_strings)
-    props = [(e.key, e.value) for e in model.metadata_props if isinstance(e.key, str) and isinstance(e.value, str)]
-    g = import_model(model, path, name, input_shape, isolate=True)
-    return Source(g, hashlib.sha256(data).hexdigest(), props)
-
-
-def fix_input_shape(model, shape: list[int], path: Path) -> None:
-    """Give the model's one input the static ``shape`` (``--input-shape``), where its own dims are
-    symbols (an export with dynamic axes) or already equal."""
-    inits = {i.name for i in model.graph.initializer}
-    inputs = [i for i in model.graph.input if i.name not in inits]
-    if len(inputs) != 1:
-        raise SpcError(f"{path}: --input-shape fixes one input; the model has {len(inputs)}")
-    dims = inputs[0].type.tensor_type.shape.dim
-    if len(dims) != len(shape) or any(d < 1 for d in shape):
-        raise SpcError(f"{path}: --input-shape {shape} does not fit input {inputs[0].name} of rank {len(dims)}")
-    for d, want in zip(dims, shape):
-        if d.HasField("dim_value") and d.dim_value != want:
-            raise SpcError(f"{path}: --input-shape {shape}: input {inputs[0].name} has a fixed size {d.dim_value} "
-                           f"where {want} was asked")
-        d.Clear()
-        d.dim_value = want
+def read_source(path: Path, name: str = "superpoint", input_shape: list[int] | None = None,
+                reading: Reading | None = None) -> Source:
+    """:func:`import_onnx`, with the file's hash and metadata_props from the same bytes.
+    ``reading``: the file's read, begun already (frontend/reading.py; its input shape is the one)."""
+    reading = reading or begin(path, input_shape)
+    g = _import(reading, name)
+    # not UTF-8: the importer refused the model (validate.check_strings)
+    props = [(e.key, e.value) for e in reading.model.metadata_props
+             if isinstance(e.key, str) and isinstance(e.value, str)]
+    return Source(g, reading.sha256(), props)
 
 
 def import_model(model, path: Path, name: str = "superpoint", input_shape: list[int] | None = None,
@@ -84,45 +67,14 @@ def import_model(model, path: Path, name: str = "superpoint", input_shape: list[
     The model is validated (frontend/validate.py) before onnx's C++ code sees it in this process,
     then annotated in place with onnx's inferred types. ``isolate`` runs onnx's shape inference in a
     child process, so that a crash our checks did not foresee is an error line, not a dead
-    process: import_onnx sets it; in-process is for models one trusts not to be hostile (onnx's
+    process: import_onnx does; in-process is for models one trusts not to be hostile (onnx's
     own test cases, frontend/conformance.py), ~0.1 s faster."""
-    opset = _default_opset(model, path)
-    # the child inferring shapes works while the checks run here (a fixed input shape changes the
-    # model first); a refusal ends it
-    # onnx's checker runs in that child, before its inference (it reads onnx's schema registry,
-    # which the child builds for the inference and this process need not: ~10 ms), and is
-    # reported only when the checks here pass
-    def check() -> None:
-        validate.onnx_check_nodes(model, path)
-
-    started = shape_inference.Inference.start(model, check) if isolate and input_shape is None else None
-    try:
-        validate.check_strings(model, path)
-        _check_supported(model, opset, path)
-        validate.check_model(model, path, opset)
-        if input_shape is not None:
-            fix_input_shape(model, input_shape, path)
-            for vi in model.graph.input:  # the fixed sizes may multiply past the caps
-                validate.check_value_type(vi, "input", path)
-        if started is None:
-            check()
-    except BaseException:
-        if started is not None:
-            started.cancel()
-        raise
-    inferred = shape_inference.infer_shapes(model, path, isolate, started, check if started is not None else None)
-    return _Importer(inferred, name, path, opset).run()
+    return _import(Reading.of_model(model, path, input_shape, isolate), name)
 
 
-def _default_opset(model, path: Path) -> int:
-    versions = {o.domain: o.version for o in model.opset_import}
-    opset = versions.get("", versions.get("ai.onnx"))
-    if opset is None:
-        raise SpcError(f"{path}: the model imports no default-domain (ai.onnx) opset; re-export it with opset 18")
-    if not MIN_OPSET <= opset <= MAX_OPSET:
-        raise SpcError(f"{path}: opset {opset} is not supported (supported: {MIN_OPSET}..{MAX_OPSET}); "
-                       "re-export with opset 18")
-    return opset
+def _import(reading: Reading, name: str) -> Graph:
+    path, opset = reading.path, reading.opset
+    return _Importer(reading.inferred(lambda model: _check_supported(model, opset, path)), name, path, opset).run()
 
 
 def unsupported_reason(op_type: str, domain: str, opset: int) -> str | None:

@@ -22,43 +22,42 @@ import importlib.machinery
 import importlib.util
 import sys
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
-# the parts loaded here, by their names inside onnx's package (the messages first: the extension
-# does not need them, the package's __init__ imports them in this order)
-_PARTS = ("onnx_ml_pb2", "onnx_cpp2py_export")
+# the parts loaded here, by their names inside onnx's package, each when first asked for: the
+# messages parse a model before numpy or the extension is loaded (a compile reads its model
+# first), and the extension is loaded where shape inference runs (a forked child)
+_LOADED: dict[str, ModuleType] = {}  # what this module loaded, for _BindOnImport
 
 
 @functools.cache
-def _parts() -> dict[str, ModuleType]:
+def _part(part: str) -> ModuleType:
+    name = f"onnx.{part}"
     if "onnx" in sys.modules:  # onnx's own package is loaded: its modules, not a second copy
         # here, not at the top: there they would run onnx's __init__ (~45 ms), what this module avoids
-        import onnx.onnx_cpp2py_export
-        import onnx.onnx_ml_pb2
 
-        return {"onnx_ml_pb2": onnx.onnx_ml_pb2, "onnx_cpp2py_export": onnx.onnx_cpp2py_export}
+        return sys.modules[name]
     spec = importlib.util.find_spec("onnx")  # finds the package without running its __init__
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError("spc needs the onnx package (pip install onnx); it is not installed")
-    loaded: dict[str, ModuleType] = {}
-    for part in _PARTS:
-        name = f"onnx.{part}"
-        if name not in sys.modules:
-            child = importlib.machinery.PathFinder.find_spec(name, list(spec.submodule_search_locations))
-            if child is None or child.loader is None:
-                raise ModuleNotFoundError(f"onnx's {part} is missing from {spec.origin}; reinstall onnx")
-            module = importlib.util.module_from_spec(child)
-            sys.modules[name] = module
-            try:
-                child.loader.exec_module(module)
-            except BaseException:
-                del sys.modules[name]
-                raise
-        loaded[part] = sys.modules[name]
-    sys.meta_path.insert(0, _BindOnImport(loaded))
-    return loaded
+    if name not in sys.modules:
+        child = importlib.machinery.PathFinder.find_spec(name, list(spec.submodule_search_locations))
+        if child is None or child.loader is None:
+            raise ModuleNotFoundError(f"onnx's {part} is missing from {spec.origin}; reinstall onnx")
+        module = importlib.util.module_from_spec(child)
+        sys.modules[name] = module
+        try:
+            child.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    if not _LOADED:
+        sys.meta_path.insert(0, _BindOnImport(_LOADED))
+    _LOADED[part] = sys.modules[name]
+    return _LOADED[part]
 
 
 class _BindOnImport:
@@ -96,12 +95,12 @@ class _BindOnImport:
 
 def messages() -> Any:
     """onnx's generated message module: ModelProto, TensorProto, AttributeProto, IR_VERSION."""
-    return _parts()["onnx_ml_pb2"]
+    return _part("onnx_ml_pb2")
 
 
 def cpp() -> Any:
     """onnx's C++ extension: ``checker``, ``shape_inference``, ``defs``."""
-    return _parts()["onnx_cpp2py_export"]
+    return _part("onnx_cpp2py_export")
 
 
 def onnx_version() -> str:
@@ -115,12 +114,12 @@ def onnx_version() -> str:
 
 
 # numpy types by ONNX element type, for the types spc takes (spc.ir.types._ONNX without BFLOAT16)
-_NUMPY = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32, 7: np.int64,
-          9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64}
+_NUMPY = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
+          10: "float16", 11: "float64", 12: "uint32", 13: "uint64"}
 # where the typed (not raw) values live, and as what numpy type they are read from there
-_STORED = {1: ("float_data", np.float32), 2: ("int32_data", np.int32), 3: ("int32_data", np.int32),
-           6: ("int32_data", np.int32), 7: ("int64_data", np.int64), 11: ("double_data", np.float64),
-           12: ("uint64_data", np.uint64), 13: ("uint64_data", np.uint64)}
+_STORED = {1: ("float_data", "float32"), 2: ("int32_data", "int32"), 3: ("int32_data", "int32"),
+           6: ("int32_data", "int32"), 7: ("int64_data", "int64"), 11: ("double_data", "float64"),
+           12: ("uint64_data", "uint64"), 13: ("uint64_data", "uint64")}
 # 16- and 8-bit types whose int32_data hold bit patterns, reinterpreted rather than converted
 _BITS16 = (4, 5, 10)
 
@@ -129,6 +128,8 @@ def to_array(t: Any) -> np.ndarray:
     """A TensorProto's values, as ``onnx.numpy_helper.to_array`` gives them: raw_data read in place
     (little-endian), typed fields converted. ``validate.check_tensor`` has checked that the data
     fits the dims; external data has been read into raw_data (``validate.parse_model``)."""
+    import numpy as np  # here: reading and checking a model needs no numpy (frontend/reading.py)
+
     code = int(t.data_type)
     if code not in _NUMPY:
         raise TypeError(f"tensor {t.name!r}: element type {code} is not one spc decodes")

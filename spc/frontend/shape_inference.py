@@ -126,15 +126,15 @@ class Inference:
         self.child: _ForkedChild | None = child
 
     @staticmethod
-    def start(model: Any, check: Callable[[], None] | None = None) -> Inference | None:
-        """``check``: run in the child before the inference (onnx's checker: the child builds
-        onnx's schema registry for the inference anyway); what it refuses is :func:`infer_shapes`'
-        SpcError."""
+    def start(model: Any, check: Callable[[], None] | None = None, reads_data: bool = False) -> Inference | None:
+        """``check``: run in the child before the inference, on its copy of ``model`` (onnx's
+        checker: the child builds onnx's schema registry for the inference anyway; or spc's checks
+        too, frontend/reading.py); whatever it raises ends the child with :data:`REFUSED`.
+        ``reads_data``: the check reads the weights' data, which the view then puts back (~4 ms)."""
         if not can_fork():
             return None
         try:
-            return Inference(_fork_inference(onnx_proto.cpp(), lambda: _shape_view(model, restore=False), True,
-                                             check))
+            return Inference(_fork_inference(lambda: _shape_view(model, restore=reads_data), True, check))
         except OSError:  # no child now: infer_shapes tries again, then runs it here
             return None
 
@@ -149,19 +149,19 @@ class Inference:
             _kill(child)
 
 
-def infer_shapes(model: Any, path: Path, isolate: bool, started: Inference | None = None,
+def infer_shapes(model: Any, path: Path, isolate: bool, done: tuple[int, bytes, bytes] | None = None,
                  check: Callable[[], None] | None = None) -> Any:
     """onnx's shape inference with data propagation (so shape chains resolve), its results written
     into ``model`` (value_info, the outputs' types), which is returned. ``isolate``: in a child
     process, for a model from a file: what our checks missed cannot take the compiler down
-    (``started``: that child, already running). When data propagation exhausts the child's time or
-    memory (it materialises 1-D values, ~200 bytes per element), inference runs again without it;
-    spc's own inference fills in. ``check``: what ``started`` ran before its inference, run again
-    before inference without data propagation."""
+    (``done``: what a child started earlier gave, :meth:`Inference.result`). When data propagation
+    exhausts the child's time or memory (it materialises 1-D values, ~200 bytes per element),
+    inference runs again without it; spc's own inference fills in. ``check``: what that child ran
+    before its inference, run again before inference without data propagation."""
     out, data_prop = None, True
     if isolate:
         try:
-            out = _outcome(started.result(), path) if started is not None else _infer_in_child(model, path, data_prop)
+            out = _outcome(done, path) if done is not None else _infer_in_child(model, path, data_prop)
         except _Crash as crash:
             if not crash.resources:
                 raise SpcError(_crash_message(_view_bytes(model, path), path, crash)) from None
@@ -193,7 +193,7 @@ def _infer_in_child(model: Any, path: Path, data_prop: bool, check: Callable[[],
     if can_fork():
         view = (lambda: model) if isinstance(model, bytes) else (lambda: _shape_view(model, restore=False))
         try:
-            child = _fork_inference(onnx_cpp2py_export, view, data_prop, check)
+            child = _fork_inference(view, data_prop, check)
         except OSError:  # no fork now: a new interpreter below, or in this process
             pass
         else:
@@ -226,7 +226,7 @@ def _outcome(done: tuple[int, bytes, bytes], path: Path) -> bytes | None:
         raise _Crash(f"needed more than {byte_size(INFER_MEMORY_BYTES)} of memory beyond the model", resources=True)
     if code == 7:
         raise SpcError(_TOO_LARGE.format(path=path))
-    if code == _REFUSED:
+    if code == REFUSED:
         raise SpcError(err.decode(errors="replace"))
     if code == _TIMED_OUT:
         raise _Crash(f"did not finish within {INFER_TIMEOUT_S:.0f} s", resources=True)
@@ -241,7 +241,9 @@ def _outcome(done: tuple[int, bytes, bytes], path: Path) -> bytes | None:
 
 
 _TIMED_OUT = 1000  # not an exit code: the parent killed the child at the deadline
-_REFUSED = 8  # the child's check refused the model: its message on stderr
+# the child's check refused the model, or failed (its message on stderr): the caller that gave the
+# check reports it, or runs the check again itself, where what it raises is what the check means
+REFUSED = 8
 
 
 class _ForkedChild:
@@ -259,12 +261,13 @@ class _ForkedChild:
         self.open = []
 
 
-def _fork_inference(cpp: Any, view: Any, data_prop: bool, check: Callable[[], None] | None = None) -> _ForkedChild:
-    """Shape inference in a forked child on the bytes ``view()`` makes there (from the child's own
-    copy of the model), after ``check()`` under the same limits. Its address space may grow by
-    INFER_MEMORY_BYTES plus four times the model's bytes beyond the parent's; exit codes as the
-    interpreter child's, 7 when the model does not serialise, 8 when ``check`` refused it (its
-    message on stderr). OSError when no child can be forked (its pipes closed)."""
+def _fork_inference(view: Any, data_prop: bool, check: Callable[[], None] | None = None) -> _ForkedChild:
+    """Shape inference in a forked child, after ``check()`` (under the same limits), on the bytes
+    ``view()`` makes there from the child's own copy of the model; the child loads onnx's extension,
+    which this process may never need. Its address space may grow by INFER_MEMORY_BYTES plus four
+    times the model's bytes beyond the parent's; exit codes as the interpreter child's, 7 when the
+    model does not serialise, :data:`REFUSED` when ``check`` raised (its message on stderr).
+    OSError when no child can be forked (its pipes closed)."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:  # room for an inferred model (SuperPoint's: 0.24 MB) while the parent is busy checking
@@ -308,10 +311,10 @@ def _fork_inference(cpp: Any, view: Any, data_prop: bool, check: Callable[[], No
                 if check is not None:
                     try:
                         check()
-                    except SpcError as exc:
+                    except BaseException as exc:  # the parent asks again, or reports it (REFUSED's comment)
                         os.write(err_w, str(exc).encode(errors="replace")[:4096])
-                        os._exit(_REFUSED)
-                result = cpp.shape_inference.infer_shapes(data, False, False, data_prop)
+                        os._exit(REFUSED)
+                result = onnx_proto.cpp().shape_inference.infer_shapes(data, False, False, data_prop)
             except MemoryError:
                 code = 6
             except BaseException as exc:

@@ -40,8 +40,16 @@ from google.protobuf.message import DecodeError
 from spc.errors import SpcError
 from spc.frontend import onnx_proto, onnx_schemas
 from spc.frontend.onnx_schemas import SINGLE
-from spc.ir.types import onnx_type_name
 from spc.text import byte_size, one_line
+
+
+def onnx_type_name(code: int) -> str:
+    """An element type's name for a message (spc.ir.types': imported on a refusal only, as it
+    brings numpy, which reading a model does not need)."""
+    from spc.ir.types import onnx_type_name as name
+
+    return name(code)
+
 
 # -- caps -------------------------------------------------------------------------------------
 # protobuf's own limit: a larger file cannot be one ModelProto (big weights go in external data)
