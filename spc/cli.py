@@ -45,6 +45,7 @@ _VERBOSITY_KEY = "spc.verbosity"
 # does (mypy.util.hard_exit). Measured 2026-12-03: the compile 0.90x of one with the teardown (30 pairs)
 _FAST_EXIT = frozenset({"compile", "inspect", "emit-py"})
 _ran: list[str] = []  # the commands that ran in this process (entry() reads the last)
+_entry: list[bool] = []  # entry() runs the command: a command of _FAST_EXIT is then the process's last
 
 
 def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -94,13 +95,16 @@ def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _collector_paused(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The command without the cyclic garbage collector (spc/process.py), except ``--precision
     auto`` and ``--batch auto``, whose trials and whole compiles leave garbage for it (the IR's
-    nodes and values refer to each other)."""
+    nodes and values refer to each other); not resumed after a command that ends the process
+    (:func:`entry`'s fast exit), where it would collect all the command made for nothing."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from spc.process import collector_paused
 
-        with collector_paused(kwargs.get("precision") != "auto" and kwargs.get("batch") != "auto"):
+        ctx = click.get_current_context(silent=True)
+        last = bool(_entry) and ctx is not None and ctx.info_name in _FAST_EXIT
+        with collector_paused(kwargs.get("precision") != "auto" and kwargs.get("batch") != "auto", resume=not last):
             return fn(*args, **kwargs)
 
     return wrapper
@@ -860,6 +864,7 @@ def entry() -> None:
     """The ``spc`` console script and ``python -m spc.cli``: :data:`main`, then, after a command of
     :data:`_FAST_EXIT`, the process ends without the interpreter's teardown (its files are
     written: files.atomic_write syncs them; stdout and stderr are flushed here)."""
+    _entry.append(True)
     try:
         code: Any = main.main(prog_name="spc", standalone_mode=False)
         code = code if isinstance(code, int) else 0

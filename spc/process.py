@@ -86,15 +86,17 @@ def _huge_heap(libc: ctypes.CDLL) -> None:
 
 
 @contextlib.contextmanager
-def collector_paused(pause: bool = True) -> Iterator[None]:
-    """The cyclic garbage collector off inside (when ``pause``), as it was after."""
+def collector_paused(pause: bool = True, resume: bool = True) -> Iterator[None]:
+    """The cyclic garbage collector off inside (when ``pause``), as it was after, unless not to
+    ``resume``: a process that ends then would only pay for a collection of all it made (the
+    first allocation after the collector is back runs one: 5-8 ms after a compile)."""
     was = gc.isenabled()
     if pause:
         gc.disable()
     try:
         yield
     finally:
-        if was:
+        if was and resume:
             gc.enable()
 
 

@@ -25,6 +25,10 @@ def test_the_collector_is_paused_inside_and_restored_after() -> None:
     assert gc.isenabled()
     with collector_paused(pause=False):
         assert gc.isenabled()
+    with collector_paused(resume=False):  # a process that ends then
+        pass
+    assert not gc.isenabled()
+    gc.enable()
     gc.disable()  # a caller that had it off keeps it off
     try:
         with collector_paused():
@@ -49,6 +53,19 @@ def test_a_compile_runs_without_the_collector_but_a_search_with_it(
     code, _, err = spc("compile", small_onnx, "-o", tmp_path / "p.ttplan", *option)
     assert code == 1 and "stopped here" in err
     assert seen == [collects] and gc.isenabled()
+
+
+def test_a_compile_that_ends_its_process_leaves_the_collector_off(small_onnx: Path, tmp_path: Path) -> None:
+    """cli.entry ends the process after `spc compile` (os._exit, no teardown): the collector is not
+    resumed only to collect everything the compile made (5-8 ms); an in-process caller gets it
+    back (above)."""
+    code = ("import gc, os, sys\nfrom spc import cli\nend, me = os._exit, os.getpid()\n"
+            "def ending(code):\n    if os.getpid() == me:  # not the inference's forked child\n"
+            "        print('collector on:', gc.isenabled(), flush=True)\n    end(code)\n"
+            "os._exit = ending\nsys.argv = ['spc', '-q', 'compile', sys.argv[1], '-o', sys.argv[2]]\ncli.entry()\n")
+    done = subprocess.run([sys.executable, "-c", code, str(small_onnx), str(tmp_path / "p.ttplan")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "collector on: False", done.stdout + done.stderr
 
 
 def _thp_mode() -> str | None:
