@@ -410,7 +410,8 @@ def _read_ahead(source: Path | None, input_shape: str | None, skip: bool) -> Any
     imports the compiler (frontend/reading.py); None where the command reads no one model. What
     the read finds is raised where the compile reads the model: the options are checked first.
     The child ends with the command (a refusal of an option, Ctrl-C)."""
-    if source is None or skip:
+    ctx = click.get_current_context(silent=True)
+    if source is None or skip or ctx is None:  # (no context: nothing would end the child)
         return None
     try:
         shape = _shape_option(input_shape)
@@ -419,7 +420,7 @@ def _read_ahead(source: Path | None, input_shape: str | None, skip: bool) -> Any
     from spc.frontend.reading import begin
 
     reading = begin(source, shape, ahead=True)
-    click.get_current_context().call_on_close(reading.cancel)
+    ctx.call_on_close(reading.cancel)
     return reading
 
 
