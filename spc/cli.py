@@ -15,7 +15,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -25,6 +25,9 @@ from spc.records import asdict
 from spc.text import one_line
 from spc.ttnn.targets import DEFAULT_TARGET, TARGETS
 from spc.tuning.thresholds import Thresholds
+
+if TYPE_CHECKING:
+    from spc.frontend.reading import Reading
 
 # a module of an optional extra, missing: what needs it and what to install (pyproject.toml)
 _FULL = "pip install 'spc[full]' (torch, transformers, onnxscript, onnxruntime)"
@@ -45,7 +48,12 @@ _VERBOSITY_KEY = "spc.verbosity"
 # does (mypy.util.hard_exit). Measured 2026-12-03: the compile 0.90x of one with the teardown (30 pairs)
 _FAST_EXIT = frozenset({"compile", "inspect", "emit-py"})
 _ran: list[str] = []  # the commands that ran in this process (entry() reads the last)
-_entry: list[bool] = []  # entry() runs the command: a command of _FAST_EXIT is then the process's last
+_entry: list[bool] = []  # [True] once entry() runs: the process ends after its command
+
+
+def _ends_process(command: str | None) -> bool:
+    """Whether the process ends as soon as ``command`` returns (:func:`entry`'s fast exit)."""
+    return bool(_entry) and command in _FAST_EXIT
 
 
 def _one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -103,7 +111,7 @@ def _collector_paused(fn: Callable[..., Any]) -> Callable[..., Any]:
         from spc.process import collector_paused
 
         ctx = click.get_current_context(silent=True)
-        last = bool(_entry) and ctx is not None and ctx.info_name in _FAST_EXIT
+        last = ctx is not None and _ends_process(ctx.info_name)
         with collector_paused(kwargs.get("precision") != "auto" and kwargs.get("batch") != "auto", resume=not last):
             return fn(*args, **kwargs)
 
@@ -405,7 +413,7 @@ def _check_dump_dir(dump_dir: Path, inputs: list[Path], overwrite: bool) -> None
                            "to replace them, or choose another folder")
 
 
-def _read_ahead(source: Path | None, input_shape: str | None, skip: bool) -> Any:
+def _read_ahead(source: Path | None, input_shape: str | None, skip: bool) -> Reading | None:
     """The model read, and checked and its shapes inferred in a forked child, while this process
     imports the compiler (frontend/reading.py); None where the command reads no one model. What
     the read finds is raised where the compile reads the model: the options are checked first.
@@ -882,7 +890,7 @@ def entry() -> None:
     except click.Abort:  # ctrl-c at a prompt
         sys.stderr.write("spc: error: interrupted\n")
         code = 1
-    if not (_ran and _ran[-1] in _FAST_EXIT and (code is None or isinstance(code, int))):
+    if not (_ran and _ends_process(_ran[-1]) and (code is None or isinstance(code, int))):
         sys.exit(code)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed pipe: nothing more can reach it

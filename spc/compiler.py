@@ -234,23 +234,27 @@ def compile_onnx(src: Path, out: Path | None, options: CompileOptions | None = N
     model compiled again without it. ``watch``: what is dumped, printed or explained;
     ``batch_search``: ``--batch auto``'s rows, for the manifest; ``reading``: ``src``'s read,
     begun by the caller with ``options.input_shape`` (frontend/reading.py)."""
-    watch_fields = {k: fields.pop(k) for k in Watch.__struct_fields__ if k in fields}
-    options = replace(options or CompileOptions(), **fields)
-    watch = replace(watch or Watch(), **watch_fields)
-    unfused: dict[str, str] = {}
-    notes: list[str] = []
-    while True:
-        try:
-            result = compile_once(src, out, options, watch, batch_search, unfused, reading)
-        except _Departed as d:
-            if d.fusion in unfused:  # dropping it changed nothing: not the fusion's doing
-                raise SpcError(f"{src}: spc bug: {d.note}; report it with the dump from --dump-dir "
-                               "(--no-verify writes the plan regardless)") from None
-            unfused, reading = {**unfused, d.fusion: d.note}, None  # the graph imported again
-            notes.append(f"validation: {d.note}; {d.fusion} dropped, its region compiled op by op")
-            continue
-        result.notes[:0] = notes
-        return result
+    try:
+        watch_fields = {k: fields.pop(k) for k in Watch.__struct_fields__ if k in fields}
+        options = replace(options or CompileOptions(), **fields)
+        watch = replace(watch or Watch(), **watch_fields)
+        unfused: dict[str, str] = {}
+        notes: list[str] = []
+        while True:
+            try:
+                result = compile_once(src, out, options, watch, batch_search, unfused, reading)
+            except _Departed as d:
+                if d.fusion in unfused:  # dropping it changed nothing: not the fusion's doing
+                    raise SpcError(f"{src}: spc bug: {d.note}; report it with the dump from --dump-dir "
+                                   "(--no-verify writes the plan regardless)") from None
+                unfused, reading = {**unfused, d.fusion: d.note}, None  # the graph imported again
+                notes.append(f"validation: {d.note}; {d.fusion} dropped, its region compiled op by op")
+                continue
+            result.notes[:0] = notes
+            return result
+    finally:  # a read begun and not taken (a refusal before the compile read it): its child ended
+        if reading is not None:
+            reading.cancel()
 
 
 def _judge(src: Path, verdict: Verdict, g: Graph, pipeline: list[Pass]) -> Verdict:

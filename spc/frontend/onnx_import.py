@@ -51,7 +51,10 @@ def read_source(path: Path, name: str = "superpoint", input_shape: list[int] | N
                 reading: Reading | None = None) -> Source:
     """:func:`import_onnx`, with the file's hash and metadata_props from the same bytes.
     ``reading``: the file's read, begun already (frontend/reading.py; its input shape is the one)."""
-    reading = reading or begin(path, input_shape)
+    if reading is None:
+        reading = begin(path, input_shape)
+    elif (reading.path, reading.input_shape) != (path, input_shape):
+        raise ValueError(f"the read begun is of {reading.path} {reading.input_shape}, not {path} {input_shape}")
     g = _import(reading, name)
     # not UTF-8: the importer refused the model (validate.check_strings)
     props = [(e.key, e.value) for e in reading.model.metadata_props

@@ -4,15 +4,17 @@
 ``__init__`` reads its own version through importlib.metadata and imports helper, compose,
 serialization (protobuf's json_format), ml_dtypes and more. The importer needs two of its parts:
 the generated messages (``onnx_ml_pb2``: ModelProto, TensorProto, AttributeProto) and the C++
-extension (the checker, shape inference, op schemas). This module loads those two from their files
-under their own names, and decodes tensors and attribute values itself for the element types spc
-takes (what ``numpy_helper.to_array`` and ``helper.get_attribute_value`` do; a test holds them
-equal to onnx's on the conformance cases and the corpus).
+extension (the checker, shape inference, op schemas). This module loads each from its file, under
+its own name, when first asked for (a compile parses its model before numpy is imported, and only
+the child that checks it and infers its shapes loads the extension), and decodes tensors and
+attribute values itself for the element types spc takes (what ``numpy_helper.to_array`` and
+``helper.get_attribute_value`` do; a test holds them equal to onnx's on the conformance cases and
+the corpus).
 
 Where onnx is already imported, its modules are the ones used. The extension cannot be
 initialised twice in a process (nanobind aborts), so it is registered under its own name and a
-later ``import onnx`` finds it; :class:`_BindOnImport` then binds both modules to the package, as
-the import system binds the submodules it loads itself.
+later ``import onnx`` finds it; :class:`_BindOnImport` then binds the parts loaded here to the
+package, as the import system binds the submodules it loads itself.
 """
 
 from __future__ import annotations
@@ -37,9 +39,7 @@ _LOADED: dict[str, ModuleType] = {}  # what this module loaded, for _BindOnImpor
 def _part(part: str) -> ModuleType:
     name = f"onnx.{part}"
     if "onnx" in sys.modules:  # onnx's own package is loaded: its modules, not a second copy
-        # here, not at the top: there they would run onnx's __init__ (~45 ms), what this module avoids
-
-        return sys.modules[name]
+        return importlib.import_module(name)
     spec = importlib.util.find_spec("onnx")  # finds the package without running its __init__
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError("spc needs the onnx package (pip install onnx); it is not installed")

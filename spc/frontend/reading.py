@@ -90,14 +90,20 @@ class Reading:
             return
         if ahead:  # the child checks before it infers: nothing is left to do here meanwhile
 
-            def check() -> None:
-                _checks(model, path, opset, input_shape)
+            def view() -> bytes:  # the child's copy, with a fixed input's shape; the checks read the data
+                if input_shape is not None:
+                    fix_input_shape(model, input_shape, path)
+                return shape_inference.shape_view(model, restore=True)
+
+            def check() -> None:  # (check_model bounds the inputs, a fixed one's shape with them)
+                _checks(model, path, opset, None)
                 validate.onnx_check_nodes(model, path)
 
-            self.child = shape_inference.Inference.start(model, check, reads_data=True)
+            self.child = shape_inference.Inference.start(view, check, load_here=False, marks=True)
             self.ahead = self.child is not None
         elif input_shape is None:  # (a fixed input shape changes the model first: the child waits)
-            self.child = shape_inference.Inference.start(model, self._onnx_check)
+            self.child = shape_inference.Inference.start(lambda: shape_inference.shape_view(model, restore=False),
+                                                         self._onnx_check)
 
     def _onnx_check(self) -> None:
         # onnx's checker runs in the child, before its inference (it reads onnx's schema registry,
@@ -120,12 +126,15 @@ class Reading:
         model, path = self.model, self.path
         if child is not None and self.ahead:
             done = child.result()
-            if done[0] != shape_inference.REFUSED:  # the child's checks passed (its inference may have failed)
+            if child.checked:  # its checks passed, then onnx's inference ran (and may have failed)
                 supported(model)
                 if self.input_shape is not None:  # as the child did to its copy
                     fix_input_shape(model, self.input_shape, path)
                 return shape_inference.infer_shapes(model, path, True, done, self._onnx_check)
-            child = None  # refused there: asked again here, in the checks' order (below)
+            # refused, or ended before its checks did: they run here, in their order, and onnx's
+            # checker and inference in a child of their own, as when no child ran them ahead
+            _checks(model, path, self.opset, self.input_shape, supported)
+            return shape_inference.infer_shapes(model, path, True, None, self._onnx_check)
         try:
             _checks(model, path, self.opset, self.input_shape, supported)
             if child is None:

@@ -69,7 +69,7 @@ except BaseException as exc:
     sys.exit(3)
 sys.stdout.buffer.write(out)
 """
-# floating-point initializers larger than this go to inference without their data (_shape_view)
+# floating-point initializers larger than this go to inference without their data (shape_view)
 _SHAPE_VIEW_KEEP = 64
 _FLOAT_TYPES = (1, 10, 11)
 
@@ -82,7 +82,7 @@ class _Crash(Exception):
         self.why, self.resources = why, resources
 
 
-def _shape_view(model: Any, restore: bool = True) -> bytes:
+def shape_view(model: Any, restore: bool = True) -> bytes:
     """The model serialised as shape inference needs it: floating-point initializers of more than
     a few elements without their data. Their values never decide a shape (onnx's data propagation
     follows integer shape tensors; a float Resize scale has a few elements), and leaving them out
@@ -104,7 +104,7 @@ def _shape_view(model: Any, restore: bool = True) -> bytes:
 
 def _view_bytes(model: Any, path: Path) -> bytes:
     try:
-        return _shape_view(model)
+        return shape_view(model)
     except SpcError:
         raise
     except Exception:  # protobuf refuses to write more than 2 GiB
@@ -116,32 +116,44 @@ _TOO_LARGE = ("{path}: the model is too large to serialise (over 2 GiB without i
 
 
 class Inference:
-    """onnx's shape inference under way in a forked child, on ``model`` as it was when started:
-    the importer starts it before its own checks, which run meanwhile on the other core (~15 ms
-    of a fresh ``spc compile``). A check that refuses the model ends it (:meth:`cancel`): it saw
-    the model first but cannot harm the compiler, and what is reported is the check's refusal.
-    ``start`` gives None where no child can be forked (:func:`infer_shapes` then runs one itself)."""
+    """onnx's shape inference under way in a forked child, on the model as it was when started:
+    the importer starts it before its own checks run here (frontend/reading.py), or has the child
+    run them first (``marks``: the child then says whether its checks passed, :attr:`checked`). A
+    check here that refuses the model ends it (:meth:`cancel`): the child saw the model first but
+    cannot harm the compiler, and what is reported is the check's refusal. ``start`` gives None
+    where no child can be forked (:func:`infer_shapes` then runs one itself)."""
 
-    def __init__(self, child: _ForkedChild) -> None:
+    def __init__(self, child: _ForkedChild, marks: bool) -> None:
         self.child: _ForkedChild | None = child
+        self.marks = marks
+        self.checked = False  # (``marks``) the child's check passed: what ended it came after
 
     @staticmethod
-    def start(model: Any, check: Callable[[], None] | None = None, reads_data: bool = False) -> Inference | None:
-        """``check``: run in the child before the inference, on its copy of ``model`` (onnx's
-        checker: the child builds onnx's schema registry for the inference anyway; or spc's checks
-        too, frontend/reading.py); whatever it raises ends the child with :data:`REFUSED`.
-        ``reads_data``: the check reads the weights' data, which the view then puts back (~4 ms)."""
+    def start(view: Callable[[], bytes], check: Callable[[], None] | None = None, *, load_here: bool = True,
+              marks: bool = False) -> Inference | None:
+        """Inference on the bytes ``view()`` makes in the child (:func:`shape_view` of its copy of
+        the model), after ``check`` there (onnx's checker: the child builds onnx's schema registry
+        for the inference anyway; or spc's checks too). ``load_here``: onnx's extension loaded in
+        this process first, so that every later child inherits it (~5 ms each); else only the
+        child loads it (a process that never needs it)."""
         if not can_fork():
             return None
+        if load_here:
+            onnx_proto.cpp()
         try:
-            return Inference(_fork_inference(lambda: _shape_view(model, restore=reads_data), True, check))
+            return Inference(_fork_inference(view, True, check, marks), marks)
         except OSError:  # no child now: infer_shapes tries again, then runs it here
             return None
 
     def result(self) -> tuple[int, bytes, bytes]:
+        """The child's (exit code or -signal, the inferred model's bytes, its message)."""
         assert self.child is not None, "an inference's result is taken once"
         child, self.child = self.child, None
-        return _collect(child)
+        code, out, err = _collect(child)
+        if self.marks:
+            self.checked = out[:1] == _CHECKED
+            out = out[1:] if self.checked else out
+        return code, out, err
 
     def cancel(self) -> None:
         if self.child is not None:
@@ -156,12 +168,12 @@ def infer_shapes(model: Any, path: Path, isolate: bool, done: tuple[int, bytes, 
     process, for a model from a file: what our checks missed cannot take the compiler down
     (``done``: what a child started earlier gave, :meth:`Inference.result`). When data propagation
     exhausts the child's time or memory (it materialises 1-D values, ~200 bytes per element),
-    inference runs again without it; spc's own inference fills in. ``check``: what that child ran
-    before its inference, run again before inference without data propagation."""
+    inference runs again without it; spc's own inference fills in. ``check``: run in each child
+    before its inference (what the child of ``done`` ran)."""
     out, data_prop = None, True
     if isolate:
         try:
-            out = _outcome(done, path) if done is not None else _infer_in_child(model, path, data_prop)
+            out = _outcome(done, path) if done is not None else _infer_in_child(model, path, data_prop, check)
         except _Crash as crash:
             if not crash.resources:
                 raise SpcError(_crash_message(_view_bytes(model, path), path, crash)) from None
@@ -191,7 +203,7 @@ def _infer_in_child(model: Any, path: Path, data_prop: bool, check: Callable[[],
     where one is forked)."""
     onnx_cpp2py_export = onnx_proto.cpp()
     if can_fork():
-        view = (lambda: model) if isinstance(model, bytes) else (lambda: _shape_view(model, restore=False))
+        view = (lambda: model) if isinstance(model, bytes) else (lambda: shape_view(model, restore=False))
         try:
             child = _fork_inference(view, data_prop, check)
         except OSError:  # no fork now: a new interpreter below, or in this process
@@ -241,9 +253,8 @@ def _outcome(done: tuple[int, bytes, bytes], path: Path) -> bytes | None:
 
 
 _TIMED_OUT = 1000  # not an exit code: the parent killed the child at the deadline
-# the child's check refused the model, or failed (its message on stderr): the caller that gave the
-# check reports it, or runs the check again itself, where what it raises is what the check means
-REFUSED = 8
+REFUSED = 8  # the child's check refused the model: its message on stderr
+_CHECKED = b"\x01"  # what a child that marks writes once its check has passed
 
 
 class _ForkedChild:
@@ -261,16 +272,17 @@ class _ForkedChild:
         self.open = []
 
 
-def _fork_inference(view: Any, data_prop: bool, check: Callable[[], None] | None = None) -> _ForkedChild:
-    """Shape inference in a forked child, after ``check()`` (under the same limits), on the bytes
-    ``view()`` makes there from the child's own copy of the model; the child loads onnx's extension,
-    which this process may never need. Its address space may grow by INFER_MEMORY_BYTES plus four
-    times the model's bytes beyond the parent's; exit codes as the interpreter child's, 7 when the
-    model does not serialise, :data:`REFUSED` when ``check`` raised (its message on stderr).
-    OSError when no child can be forked (its pipes closed)."""
+def _fork_inference(view: Callable[[], bytes], data_prop: bool, check: Callable[[], None] | None = None,
+                    marks: bool = False) -> _ForkedChild:
+    """Shape inference in a forked child on the bytes ``view()`` makes there from the child's own
+    copy of the model, after ``check()`` under the same limits (``marks``: then :data:`_CHECKED`
+    is the first byte it writes). Its address space may grow by INFER_MEMORY_BYTES plus four times
+    the model's bytes beyond the parent's; exit codes as the interpreter child's, 7 when the model
+    does not serialise, :data:`REFUSED` when ``check`` (or the view) refused it (its message on
+    stderr). OSError when no child can be forked (its pipes closed)."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    try:  # room for an inferred model (SuperPoint's: 0.24 MB) while the parent is busy checking
+    try:  # room for an inferred model (SuperPoint's: 0.24 MB) while the parent is busy (checking, importing)
         import fcntl  # POSIX only: at the top it would stop this module importing on other systems
 
         fcntl.fcntl(out_w, fcntl.F_SETPIPE_SZ, 1 << 20)
@@ -289,6 +301,9 @@ def _fork_inference(view: Any, data_prop: bool, check: Callable[[], None] | None
             os.close(err_r)
             try:
                 data = view()
+            except SpcError as exc:  # (a view that fixes an input's shape first)
+                os.write(err_w, str(exc).encode(errors="replace")[:4096])
+                os._exit(REFUSED)
             except Exception:  # protobuf refuses to write more than 2 GiB
                 os._exit(7)
             try:
@@ -311,10 +326,16 @@ def _fork_inference(view: Any, data_prop: bool, check: Callable[[], None] | None
                 if check is not None:
                     try:
                         check()
-                    except BaseException as exc:  # the parent asks again, or reports it (REFUSED's comment)
+                    except SpcError as exc:
                         os.write(err_w, str(exc).encode(errors="replace")[:4096])
                         os._exit(REFUSED)
-                result = onnx_proto.cpp().shape_inference.infer_shapes(data, False, False, data_prop)
+                    if marks:
+                        os.write(out_w, _CHECKED)
+                try:
+                    cpp = onnx_proto.cpp()
+                except Exception:  # as the interpreter child's: the parent tries in its own process
+                    os._exit(5)
+                result = cpp.shape_inference.infer_shapes(data, False, False, data_prop)
             except MemoryError:
                 code = 6
             except BaseException as exc:
@@ -334,7 +355,7 @@ def _fork_inference(view: Any, data_prop: bool, check: Callable[[], None] | None
 def _collect(child: _ForkedChild) -> tuple[int, bytes, bytes]:
     """The forked child's (exit code or -signal, stdout, stderr); _TIMED_OUT once it ran
     INFER_TIMEOUT_S past the call (killed: the time counts from here, not from the fork, so that a
-    child that finished while the importer checked is never taken for a slow one). Whatever
+    child that finished while the importer checked or imported is never taken for a slow one). Whatever
     interrupts the wait (Ctrl-C) ends the child too."""
     chunks: dict[int, list[bytes]] = {child.out_r: [], child.err_r: []}
     deadline = time.monotonic() + INFER_TIMEOUT_S

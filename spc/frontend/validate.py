@@ -5,8 +5,9 @@ trust what they are given. A bad attribute can crash the process (GatherND ``bat
 segfaults onnx's shape inference), a declared size can ask for petabytes (a 1-D value of 2**62
 elements makes onnx's data propagation allocate without end), and bytes that are not UTF-8 or a
 tensor whose data does not match its dims end as Python exceptions deep inside. So, before any of
-that code runs in the compiler's process, this module checks in plain Python, with the protobuf
-fields only:
+that code sees the model, this module checks in plain Python, with the protobuf fields only (in the
+compiler's process, or, for ``spc compile``, first in the child that then infers the shapes:
+frontend/reading.py):
 
 * the file: it exists, is a file, fits a protobuf, parses; external data stays in the model's
   folder, exists and covers the bytes it claims (read here, not by onnx's loader);
@@ -19,7 +20,8 @@ fields only:
 
 Then onnx's checker runs node by node, and onnx's shape inference runs without the data of large
 float weights (shape_inference.py). For a file (``import_onnx``) inference runs in a child process
-with memory and time limits, started while the checks run (``shape_inference.Inference``; a refusal ends it):
+with memory and time limits, started while the checks run (``shape_inference.Inference``; a refusal
+ends it), or running them first (frontend/reading.py):
 a crash that our checks did not foresee ends as one error line naming the node (found by
 bisection), never as a dead compiler. Every failure is one :class:`SpcError` naming the file, the
 node and what to do.
