@@ -20,7 +20,7 @@ import msgspec
 from msgspec import Struct
 
 TABLE = Path(__file__).with_name("onnx_schemas.json")
-OPSETS = range(11, 24)  # reading.py's MIN_OPSET..MAX_OPSET
+OPSETS = range(11, 24)  # the opsets spc imports (reading.py's MIN_OPSET..MAX_OPSET), the table's rows
 SINGLE = 0  # onnx's OpSchema.FormalParameterOption: Single, Optional, Variadic
 
 

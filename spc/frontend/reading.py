@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from spc.errors import SpcError
-from spc.frontend import shape_inference, validate
+from spc.frontend import onnx_schemas, shape_inference, validate
 from spc.frontend.validate import show
 
-MIN_OPSET, MAX_OPSET = 11, 23
+MIN_OPSET, MAX_OPSET = onnx_schemas.OPSETS[0], onnx_schemas.OPSETS[-1]
 
 
 def model_opset(model: Any, path: Path) -> int:

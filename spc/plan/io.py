@@ -203,7 +203,8 @@ class PlanWriter:
                     self.error = exc
 
     def _write(self, name: str, data: bytes | Callable[[], bytes]) -> None:
-        data = _capped(self.path, name, data if isinstance(data, bytes) else data())
+        if not isinstance(data, bytes):  # (bytes were held to their cap by add)
+            data = _capped(self.path, name, data())
         self.digests[name] = sha256(data)
         _add(self.zip, name, data)
         if name == self.BULK and not self.cancelled:
