@@ -223,6 +223,23 @@ def test_what_the_image_reaches_beside_the_first_convolution_is_not_read_as_colo
     assert _read(tmp_path, _graph(nodes, [1, 3, 24, 32], [idx, axes, _conv_weight(1)]))[0] == DEFAULT_IMAGE
 
 
+def test_what_constants_compute_on_the_way_to_the_first_convolution_is_run_too(tmp_path: Path) -> None:
+    """A statically quantized export's grey conversion: the image times factors that a
+    DequantizeLinear makes of uint8 constants, summed over the channels, then the convolution. The
+    graph is read as imported (its constants not yet folded): the factors are computed on the way,
+    and the model reads all three channels (before: "cannot be run from the image alone", arrays
+    only; found by `make corpus-derived` on MagicLeap's 3-channel export quantized)."""
+    inits = [numpy_helper.from_array(np.array([77, 150, 29], np.uint8).reshape(1, 3, 1, 1), "kq"),
+             numpy_helper.from_array(np.array(1 / 256, np.float32), "ks"),
+             numpy_helper.from_array(np.array([1], np.int64), "axes"), _conv_weight(1)]
+    nodes = [helper.make_node("DequantizeLinear", ["kq", "ks"], ["k"]),
+             helper.make_node("Mul", ["x", "k"], ["m"]),
+             helper.make_node("ReduceSum", ["m", "axes"], ["grey"], keepdims=1),
+             helper.make_node("Conv", ["grey", "w"], ["y"], pads=[1, 1, 1, 1])]
+    found, note = _read(tmp_path, _graph(nodes, [1, 3, 24, 32], inits))
+    assert found == ImageInput("NCHW", "rgb"), note
+
+
 def test_with_no_convolution_the_outputs_say_which_channels_are_read(tmp_path: Path) -> None:
     """Three channels and no convolution or pool to ask (a patchifying model): its outputs read all
     three (colour), or the first only (grey); what needs more than the image cannot be told."""

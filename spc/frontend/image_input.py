@@ -73,10 +73,12 @@ def image_input(g: Graph) -> tuple[ImageInput, str | None]:
 
 
 def _first_windows(g: Graph, x: Value) -> tuple[list[Node], list[Value]]:
-    """The nodes on the paths from ``x`` to the first windowed ops it reaches (in order), and the
-    values those ops read from there. What the image reaches only past a windowed op, or beside
-    the paths (its Shape for a later scaling), is not among them."""
-    reached = {id(x)}
+    """The nodes on the paths from ``x`` to the first windowed ops it reaches (in order), with what
+    they read that constants compute (a quantized model's DequantizeLinear of a constant: the graph
+    is read as imported, before constants are folded), and the values those ops read from there.
+    What the image reaches only past a windowed op, or beside the paths (its Shape for a later
+    scaling), is not among them."""
+    reached, computed = {id(x)}, set()
     between: list[Node] = []
     entries: list[Value] = []
     for n in g.nodes:  # topological order
@@ -87,6 +89,9 @@ def _first_windows(g: Graph, x: Value) -> tuple[list[Node], list[Value]]:
         if any(v is not None and id(v) in reached for v in n.inputs):
             between.append(n)
             reached.update(id(o) for o in n.outputs)
+        elif all(v is None or v.is_const or id(v) in computed for v in n.inputs):
+            between.append(n)  # of constants only: kept where the paths read it (_towards)
+            computed.update(id(o) for o in n.outputs)
     return _towards(between, entries, x), entries
 
 
